@@ -1,0 +1,60 @@
+"""Building a chain from config.xml's module list: built-in names and plug-in classes."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from wiremq.config.xmlconfig import ConfigError, ModuleSpec
+from wiremq.modules.distributing import DistributingModule
+from wiremq.modules.pipeline import Chain, ModuleContext, PipelineModule
+from wiremq.modules.prioqueue import PrioQueueModule
+from wiremq.modules.storage import StorageModule
+from wiremq.modules.transaction import TransactionModule
+
+BUILTIN: dict[str, type[PipelineModule]] = {
+    cls.name: cls for cls in (TransactionModule, PrioQueueModule, StorageModule, DistributingModule)
+}
+
+
+def resolve(spec: ModuleSpec) -> type[PipelineModule]:
+    """The class a ``<module>`` entry names; a ConfigError names the entry's line."""
+    if not spec.is_class_path:
+        cls = BUILTIN.get(spec.reference)
+        if cls is None:
+            raise ConfigError(
+                spec.where,
+                f"unknown module {spec.reference!r}; built-in modules: {', '.join(BUILTIN)}",
+            )
+        return cls
+    module_name, _, class_name = spec.reference.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(
+            spec.where, f"cannot load module class {spec.reference!r}: {error}"
+        ) from None
+    if not (isinstance(found, type) and issubclass(found, PipelineModule)):
+        raise ConfigError(spec.where, f"{spec.reference!r} is not a PipelineModule subclass")
+    return found
+
+
+def build_chain(
+    domain: str, specs: list[ModuleSpec], context: Callable[[], ModuleContext]
+) -> Chain:
+    """Instantiate the listed modules in order, checking the order rules.
+
+    Storage and distributing are required, storage before distributing; the
+    transaction module, when present, comes first, since a transaction must be
+    checked when its SEND is read.
+    """
+    classes = [resolve(spec) for spec in specs]
+    where = specs[0].where if specs else f"the {domain} pipeline"
+    for required in (StorageModule, DistributingModule):
+        if required not in classes:
+            raise ConfigError(where, f"the {domain} pipeline needs the '{required.name}' module")
+    if classes.index(StorageModule) > classes.index(DistributingModule):
+        raise ConfigError(where, f"in the {domain} pipeline, 'storage' must precede 'distributing'")
+    if TransactionModule in classes and classes.index(TransactionModule) != 0:
+        raise ConfigError(where, f"in the {domain} pipeline, 'transaction' must come first")
+    return Chain(domain, [cls(context()) for cls in classes])

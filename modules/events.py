@@ -1,0 +1,37 @@
+"""The server's one event stream.
+
+Every structlog event passes through ``EventStream`` (it is a structlog
+processor), which keeps the most recent ones and hands each to its listeners:
+the admin console's event list and the audit journal read this same stream.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+Event = MutableMapping[str, Any]
+
+
+class EventStream:
+    """A structlog processor that records events and fans them out to listeners."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def __call__(self, logger: object, method_name: str, event: Event) -> Event:
+        record = dict(event)
+        self.recent.append(record)
+        for listener in self._listeners:
+            listener(record)
+        return event
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``listener`` with every later event; returns a function that stops it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+
+EVENTS = EventStream()

@@ -1,0 +1,280 @@
+"""Sans-io STOMP codec: bytes in, frames out; frames in, bytes out.
+
+Nothing here touches a socket or a clock, so it is tested with plain bytes and
+fuzzed. The decoder keeps one buffer per connection and never rescans bytes it
+has already searched, so a large body arriving in many small pieces costs
+linear time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from wiremq.modules.stomp.frames import Frame, ProtocolError
+
+_ESCAPES_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
+_ESCAPES_12 = {**_ESCAPES_11, "\\r": "\r"}
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderLimits:
+    """Bounds on what one frame may hold; past them the frame is refused."""
+
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_bytes: int = 10240  # one header line, and the command line
+
+
+def unescape(value: str, version: str) -> str:
+    """Undo STOMP 1.1/1.2 header escaping; an undefined escape is a protocol error."""
+    table = _ESCAPES_12 if version == "1.2" else _ESCAPES_11
+    out: list[str] = []
+    i = 0
+    while True:
+        j = value.find("\\", i)
+        if j < 0:
+            out.append(value[i:])
+            return "".join(out)
+        out.append(value[i:j])
+        pair = value[j : j + 2]
+        replacement = table.get(pair)
+        if replacement is None:
+            raise ProtocolError(
+                "undefined escape sequence in header",
+                f"{pair!r} is not a STOMP {version} header escape",
+            )
+        out.append(replacement)
+        i = j + 2
+
+
+def escape(value: str, version: str) -> str:
+    """Apply STOMP header escaping for ``version`` (1.0 has none)."""
+    if version == "1.0":
+        return value
+    value = value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    if version == "1.2":
+        value = value.replace("\r", "\\r")
+    return value
+
+
+def encode_frame(
+    command: str,
+    headers: Iterable[tuple[str, str]] = (),
+    body: bytes = b"",
+    version: str = "1.2",
+) -> bytes:
+    """Encode one frame; a ``content-length`` header is always added for the body."""
+    escaped = command not in ("CONNECT", "CONNECTED")
+    lines = [command]
+    for name, value in headers:
+        if escaped:
+            name, value = escape(name, version), escape(value, version)
+        lines.append(f"{name}:{value}")
+    if body or command in ("SEND", "MESSAGE", "ERROR"):
+        lines.append(f"content-length:{len(body)}")
+    lines.append("\n")
+    return "\n".join(lines).encode() + body + b"\0"
+
+
+class FrameDecoder:
+    """Incremental decoder for one connection.
+
+    ``feed`` returns every frame completed by the new bytes. A protocol error
+    poisons the decoder: the connection is to be closed after an ERROR frame.
+    ``version`` is set by the session once negotiated, since header escaping
+    depends on it; until then the decoder stops after each frame, so that the
+    frames after CONNECT are decoded with the negotiated version (the session
+    calls ``feed(b"")`` to go on). An incomplete frame's bytes are kept as a list of chunks and
+    joined only once enough have arrived, so a large body costs linear time.
+    """
+
+    def __init__(self, limits: DecoderLimits | None = None) -> None:
+        self.limits = limits or DecoderLimits()
+        self.version: str | None = None
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._needed = 0  # bytes required before the pending frame can complete
+        self._scanned = 0  # bytes of the pending frame already searched
+        self._pending: _PendingFrame | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return self._buffered
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Add bytes and return the frames they complete, in order."""
+        if self._chunks:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            if self._buffered < self._needed:
+                return []
+            pending = self._pending
+            if pending is not None and pending.length is None and b"\0" not in data:
+                self._check_body_size(self._buffered - pending.body_start)
+                return []
+            buf = b"".join(self._chunks)
+            self._chunks = []
+        else:
+            buf = data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            pending = self._pending
+            if pending is None:
+                c = buf[pos]
+                if c == 10:  # heart-beat, or an EOL after a frame's NUL
+                    pos += 1
+                    continue
+                if c == 13:
+                    if pos + 1 >= end:
+                        break
+                    if buf[pos + 1] != 10:
+                        raise ProtocolError("malformed frame", "carriage return without line feed")
+                    pos += 2
+                    continue
+                pending = self._read_head(buf, pos, end)
+                if pending is None:
+                    break
+            if pending.length is not None:
+                body_end = pending.body_start + pending.length
+                if body_end >= end:
+                    self._pending = pending
+                    self._needed = body_end + 1 - pos
+                    break
+                if buf[body_end] != 0:
+                    raise ProtocolError(
+                        "malformed frame", "body is not followed by NUL at its content-length"
+                    )
+            else:
+                body_end = buf.find(b"\0", max(pending.body_start, self._scanned))
+                if body_end < 0:
+                    self._check_body_size(end - pending.body_start)
+                    self._pending = pending
+                    self._scanned = end
+                    break
+            body = buf[pending.body_start : body_end]
+            frames.append(Frame(pending.command, pending.headers, body))
+            pos = body_end + 1
+            self._pending = None
+            self._scanned = 0
+            self._needed = 0
+            if self.version is None:
+                break
+        self._keep_tail(buf, pos, end)
+        return frames
+
+    def _keep_tail(self, buf: bytes, pos: int, end: int) -> None:
+        """Keep the bytes of the incomplete frame, with offsets made relative to its start."""
+        if pos >= end:
+            self._buffered = 0
+            self._pending = None
+            self._scanned = 0
+            self._needed = 0
+            return
+        tail = buf[pos:] if pos else buf
+        self._chunks = [tail]
+        self._buffered = len(tail)
+        self._scanned = max(0, self._scanned - pos)
+        if self._pending is not None:
+            self._pending = self._pending._replace(body_start=self._pending.body_start - pos)
+
+    def _read_head(self, buf: bytes, pos: int, end: int) -> _PendingFrame | None:
+        """Parse the command and headers of the frame at ``pos``, or None if incomplete."""
+        search_from = max(pos, self._scanned - 2)
+        head_end = buf.find(b"\n\n", search_from)
+        crlf = buf.find(b"\n\r\n", search_from, head_end if head_end >= 0 else end)
+        if crlf >= 0:
+            head_end, body_start = crlf, crlf + 3
+            if buf[crlf - 1] == 13:
+                head_end -= 1
+        elif head_end >= 0:
+            body_start = head_end + 2
+        else:
+            self._check_incomplete_head(buf, pos, end)
+            self._scanned = end
+            return None
+        command, headers = self._parse_head(buf, pos, head_end)
+        length_text = headers.get("content-length")
+        length = None if length_text is None else self._content_length(length_text)
+        self._scanned = body_start
+        return _PendingFrame(command, headers, body_start, length)
+
+    def _check_body_size(self, size: int) -> None:
+        if size > self.limits.max_body_bytes:
+            raise ProtocolError(
+                "frame too large",
+                f"body exceeds the server's limit of {self.limits.max_body_bytes} bytes",
+            )
+
+    def _check_incomplete_head(self, buf: bytes, pos: int, end: int) -> None:
+        limits = self.limits
+        if end - pos > limits.max_header_bytes * (limits.max_headers + 1):
+            raise ProtocolError("frame too large", "header section exceeds the server's limits")
+        last_newline = buf.rfind(b"\n", pos, end)
+        if end - (last_newline + 1 if last_newline >= 0 else pos) > limits.max_header_bytes:
+            raise ProtocolError(
+                "header too long",
+                f"a header line exceeds the server's limit of {limits.max_header_bytes} bytes",
+            )
+
+    def _content_length(self, text: str) -> int:
+        if not text.isdigit():
+            raise ProtocolError("malformed frame", f"content-length {text!r} is not a number")
+        length = int(text)
+        if length > self.limits.max_body_bytes:
+            raise ProtocolError(
+                "frame too large",
+                f"content-length {length} exceeds the server's limit of "
+                f"{self.limits.max_body_bytes} bytes",
+            )
+        return length
+
+    def _parse_head(self, buf: bytes, start: int, stop: int) -> tuple[str, dict[str, str]]:
+        try:
+            text = buf[start:stop].decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("malformed frame", "frame headers are not UTF-8") from None
+        if "\r" in text:  # CRLF ends a line; a lone CR is part of a 1.0/1.1 value
+            text = text.replace("\r\n", "\n")
+        lines = text.split("\n")
+        command = lines[0]
+        limits = self.limits
+        if len(lines) - 1 > limits.max_headers:
+            raise ProtocolError(
+                "too many headers",
+                f"{len(lines) - 1} headers exceed the server's limit of {limits.max_headers}",
+            )
+        if len(command) > limits.max_header_bytes:
+            raise ProtocolError("malformed frame", "command line too long")
+        version = self.version  # None until negotiated: CONNECT is never unescaped
+        unescaping = "\\" in text and version not in (None, "1.0")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise ProtocolError("malformed frame", f"header line {line[:80]!r} has no colon")
+            if len(line) > limits.max_header_bytes:
+                raise ProtocolError(
+                    "header too long",
+                    f"header {name[:80]!r} exceeds the server's limit of "
+                    f"{limits.max_header_bytes} bytes",
+                )
+            if unescaping:
+                assert version is not None
+                name, value = unescape(name, version), unescape(value, version)
+            if name not in headers:
+                headers[name] = value
+        return command, headers
+
+
+class _PendingFrame(NamedTuple):
+    """A frame whose head is parsed and whose body has not fully arrived."""
+
+    command: str
+    headers: dict[str, str]
+    body_start: int
+    length: int | None

@@ -1,0 +1,81 @@
+"""The socket reader: one Twisted protocol per connection, feeding the sans-io session."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from twisted.internet import tcp
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import Factory, Protocol
+from twisted.python.failure import Failure
+
+from wiremq.modules.client import ClientConnection
+from wiremq.modules.egress import Egress
+from wiremq.server.writer import SocketWriter
+
+if TYPE_CHECKING:
+    from wiremq.server.app import WiremqServer
+
+
+class StompProtocol(Protocol):
+    """Reads bytes into the client's session; writes happen once per burst via the outbox."""
+
+    def __init__(self, server: WiremqServer) -> None:
+        self.server = server
+        self._heartbeat_call: IDelayedCall | None = None
+        self.on_lost: Deferred[None] | None = None  # fired by connectionLost (server shutdown)
+
+    def connectionMade(self) -> None:
+        server = self.server
+        transport = cast(tcp.Server, self.transport)
+        transport.setTcpNoDelay(True)
+        peer = cast(IPv4Address, transport.getPeer())
+        self.egress = Egress(server.outbox)
+        self.writer = SocketWriter(transport, self.egress)
+        self.client = ClientConnection(
+            server.broker,
+            self.egress,
+            server.clock,
+            f"{peer.host}:{peer.port}",
+            server.session_settings,
+        )
+        server.connections.add(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        session = self.client.session
+        connected = session.version is not None
+        session.data_received(data)
+        if not connected and session.version is not None:
+            self._schedule_heartbeat(session.check_heartbeats())
+        self.server.outbox.flush()
+
+    def _schedule_heartbeat(self, deadline: float | None) -> None:
+        if deadline is not None:
+            delay = max(0.0, deadline - self.server.clock())
+            self._heartbeat_call = self.server.reactor.callLater(delay, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        self._heartbeat_call = None
+        self._schedule_heartbeat(self.client.session.check_heartbeats())
+        self.server.outbox.flush()
+
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        if self._heartbeat_call is not None and self._heartbeat_call.active():
+            self._heartbeat_call.cancel()
+        self.writer.stopProducing()
+        self.client.session.closed = True
+        self.client.connection_lost()
+        self.server.connections.discard(self)
+        self.server.outbox.flush()
+        if self.on_lost is not None:
+            self.on_lost.callback(None)
+
+
+class StompFactory(Factory):
+    def __init__(self, server: WiremqServer) -> None:
+        self.server = server
+
+    def buildProtocol(self, addr: object) -> StompProtocol:
+        return StompProtocol(self.server)

@@ -1,0 +1,30 @@
+"""The shape in which a message is handed to and read back from a store.
+
+Stores never see the server's in-memory ``Message`` (which carries pre-encoded
+wire bytes and delivery state); they keep only what must survive a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message as a store keeps it."""
+
+    message_id: str
+    destination: str  # full STOMP destination, e.g. "/queue/orders"
+    headers: tuple[tuple[str, str], ...]  # user headers, in arrival order, unescaped
+    body: bytes
+    priority: int = 4  # 0..9, JMS default 4
+    expires: int = 0  # ms since epoch; 0 = never
+    timestamp: int = 0  # ms since epoch when the server received it
+
+    @property
+    def size(self) -> int:
+        """Bytes counted against watermarks: body plus header text."""
+        return len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.headers)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires != 0 and self.expires <= now_ms

@@ -1,0 +1,127 @@
+"""Test clients: a recording stomp.py listener and a raw-socket STOMP client."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import stomp
+from stomp.utils import Frame as StompPyFrame
+
+from wiremq.modules.stomp.codec import FrameDecoder
+from wiremq.modules.stomp.frames import Frame, ProtocolError
+
+TIMEOUT = 10.0
+
+
+class Recorder(stomp.ConnectionListener):
+    """Collects what a stomp.py connection receives; waits without sleeping blindly."""
+
+    def __init__(self) -> None:
+        self.messages: list[StompPyFrame] = []
+        self.errors: list[StompPyFrame] = []
+        self.receipts: list[str] = []
+        self.disconnected = False
+        self._changed = threading.Condition()
+
+    def _record(self, action: Callable[[], None]) -> None:
+        with self._changed:
+            action()
+            self._changed.notify_all()
+
+    def on_message(self, frame: StompPyFrame) -> None:
+        self._record(lambda: self.messages.append(frame))
+
+    def on_error(self, frame: StompPyFrame) -> None:
+        self._record(lambda: self.errors.append(frame))
+
+    def on_receipt(self, frame: StompPyFrame) -> None:
+        self._record(lambda: self.receipts.append(frame.headers["receipt-id"]))
+
+    def on_disconnected(self) -> None:
+        self._record(lambda: setattr(self, "disconnected", True))
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
+        with self._changed:
+            return self._changed.wait_for(condition, timeout)
+
+    def wait_for_messages(self, count: int, timeout: float = TIMEOUT) -> list[StompPyFrame]:
+        assert self.wait_until(lambda: len(self.messages) >= count, timeout), (
+            f"expected {count} messages, got {len(self.messages)}"
+        )
+        return self.messages
+
+    def bodies(self) -> list[str]:
+        return [m.body for m in self.messages]
+
+
+def connect(
+    port: int, version: str = "1.2", **connect_headers: str
+) -> tuple[stomp.Connection, Recorder]:
+    """A connected stomp.py client of the given protocol version, with its recorder."""
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+    connection = cls([("127.0.0.1", port)], auto_content_length=True)
+    recorder = Recorder()
+    connection.set_listener("recorder", recorder)
+    connection.connect(wait=True, headers=connect_headers)
+    return connection, recorder
+
+
+class RawClient:
+    """STOMP over a plain socket, for what stomp.py will not send: bad frames, odd headers."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.decoder = FrameDecoder()
+        self.decoder.version = "1.2"  # until CONNECTED says otherwise
+        self.frames: list[Frame] = []
+        self.raw = b""
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self, version: str = "1.2", heart_beat: str = "0,0") -> Frame:
+        self.send(
+            f"CONNECT\naccept-version:{version}\nhost:localhost\nheart-beat:{heart_beat}\n\n\0".encode()
+        )
+        frame = self.next_frame()
+        assert frame.command == "CONNECTED", frame
+        self.decoder.version = frame.headers["version"]
+        return frame
+
+    def _read(self, deadline: float) -> None:
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            return
+        except ConnectionError:
+            data = b""
+        if not data:
+            self.closed = True
+            return
+        self.raw += data
+        try:
+            self.frames.extend(self.decoder.feed(data))
+        except ProtocolError as error:
+            raise AssertionError(f"server sent a malformed frame: {error.detail}") from error
+
+    def next_frame(self, timeout: float = TIMEOUT) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.frames and not self.closed and time.monotonic() < deadline:
+            self._read(deadline)
+        assert self.frames, "no frame arrived" + (" (connection closed)" if self.closed else "")
+        return self.frames.pop(0)
+
+    def wait_closed(self, timeout: float = TIMEOUT) -> bool:
+        """Read until the server closes the connection; True if it did."""
+        deadline = time.monotonic() + timeout
+        while not self.closed and time.monotonic() < deadline:
+            self._read(deadline)
+        return self.closed
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,118 @@
+"""The ``wiremq`` command as an operator uses it: a real process, real signals."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.clients import connect
+
+WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1].decode()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"server did not listen on {port}")
+
+
+def test_help_explains_the_commands():
+    result = subprocess.run([*WIREMQ, "--help"], capture_output=True, text=True, check=True)
+    for word in ("serve", "default-config", "parameters", "STOMP"):
+        assert word in result.stdout
+    serve_help = subprocess.run(
+        [*WIREMQ, "serve", "--help"], capture_output=True, text=True, check=True
+    )
+    for flag in ("--config", "--host", "--port", "--data", "--set"):
+        assert flag in serve_help.stdout
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_serve_runs_until_a_signal_and_stops_cleanly(tmp_path, stop):
+    port = _free_port()
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [*WIREMQ, "serve", "--port", str(port), "--data", str(data)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        _wait_listening(port, process)
+        connection, recorder = connect(port)
+        connection.subscribe("/queue/cli", id="1")
+        connection.send("/queue/cli", "through a real process")
+        assert recorder.wait_for_messages(1)[0].body == "through a real process"
+        process.send_signal(stop)
+        assert process.wait(timeout=15) == 0
+        assert recorder.wait_until(lambda: recorder.disconnected)
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert data.is_dir()
+    assert b"server.listening" in stderr and b"server.stopping" in stderr
+    assert b"Traceback" not in stderr
+
+
+def test_a_config_error_names_file_line_parameter_and_range(tmp_path):
+    config = tmp_path / "config.xml"
+    config.write_text('<wiremq>\n  <StompListener\n    port="70000"/>\n</wiremq>\n')
+    result = subprocess.run(
+        [*WIREMQ, "serve", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2
+    assert f"{config}:2: StompListener.port" in result.stderr
+    assert "from 0 to 65535" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_busy_port_is_reported_without_a_traceback(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [*WIREMQ, "serve", "--port", str(port), "--data", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_default_config_is_a_valid_config_with_every_parameter(tmp_path):
+    text = subprocess.run(
+        [*WIREMQ, "default-config"], capture_output=True, text=True, check=True
+    ).stdout
+    path = Path(tmp_path / "config.xml")
+    path.write_text(text.replace('maxnummessages="5000"', 'maxnummessages="77"', 1))
+    from wiremq.config.parameters import REGISTRY
+    from wiremq.config.xmlconfig import load_config
+
+    settings = load_config(path).settings
+    assert settings.get("P2PPrioQueue", "maxnummessages") == 77
+    for parameter in REGISTRY:
+        assert f"{parameter.name}=" in text
+    reference = subprocess.run(
+        [*WIREMQ, "parameters"], capture_output=True, text=True, check=True
+    ).stdout
+    assert all(parameter.key in reference for parameter in REGISTRY)
