@@ -40,8 +40,7 @@ class ClientConnection:
         self._by_number: dict[int, Subscription] = {}
         self._numbers = 0
         self.inflight = 0  # messages of this client still in the pipeline
-        self.disconnect_receipt: str | None = None
-        self.disconnecting = False
+        self._on_idle: Callable[[], None] | None = None
         broker.clients.add(self)
 
     # -- SessionHandler ----------------------------------------------------------------
@@ -78,8 +77,9 @@ class ClientConnection:
         self.inflight -= 1
         if message.receipt is not None:
             self.session.send_receipt(message.receipt)
-        if self.disconnecting and not self.inflight:
-            self._finish_disconnect()
+        if not self.inflight and self._on_idle is not None:
+            action, self._on_idle = self._on_idle, None
+            action()
 
     def on_subscribe(self, frame: Frame, sub_id: str, destination: str, ack_mode: str) -> None:
         if sub_id in self.subscriptions:
@@ -118,18 +118,13 @@ class ClientConnection:
             self, transaction
         )
 
-    def on_disconnect(self, frame: Frame) -> None:
-        self.disconnecting = True
-        self.disconnect_receipt = frame.headers.get("receipt")
-        if not self.inflight:
-            self._finish_disconnect()
+    def when_idle(self, action: Callable[[], None]) -> None:
+        if self.inflight:
+            self._on_idle = action
+        else:
+            action()
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _finish_disconnect(self) -> None:
-        if self.disconnect_receipt is not None:
-            self.session.send_receipt(self.disconnect_receipt)
-        self.session.close()
 
     def _find_delivery(self, frame: Frame) -> tuple[Subscription, str]:
         """The subscription and message an ACK/NACK refers to, per protocol version."""

@@ -83,6 +83,8 @@ class FrameDecoder:
 
     ``feed`` returns every frame completed by the new bytes. A protocol error
     poisons the decoder: the connection is to be closed after an ERROR frame.
+    Frames decoded before the bad one are returned first, with the error kept
+    in ``error``; ``feed`` raises it when no good frame precedes it.
     ``version`` is set by the session once negotiated, since header escaping
     depends on it; until then the decoder stops after each frame, so that the
     frames after CONNECT are decoded with the negotiated version (the session
@@ -98,6 +100,7 @@ class FrameDecoder:
         self._needed = 0  # bytes required before the pending frame can complete
         self._scanned = 0  # bytes of the pending frame already searched
         self._pending: _PendingFrame | None = None
+        self.error: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
@@ -106,20 +109,31 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add bytes and return the frames they complete, in order."""
+        if self.error is not None:
+            raise self.error
+        frames: list[Frame] = []
+        try:
+            self._decode(data, frames)
+        except ProtocolError as error:
+            self.error = error
+            if not frames:
+                raise
+        return frames
+
+    def _decode(self, data: bytes, frames: list[Frame]) -> None:
         if self._chunks:
             self._chunks.append(data)
             self._buffered += len(data)
             if self._buffered < self._needed:
-                return []
+                return
             pending = self._pending
             if pending is not None and pending.length is None and b"\0" not in data:
                 self._check_body_size(self._buffered - pending.body_start)
-                return []
+                return
             buf = b"".join(self._chunks)
             self._chunks = []
         else:
             buf = data
-        frames: list[Frame] = []
         pos = 0
         end = len(buf)
         while pos < end:
@@ -165,7 +179,6 @@ class FrameDecoder:
             if self.version is None:
                 break
         self._keep_tail(buf, pos, end)
-        return frames
 
     def _keep_tail(self, buf: bytes, pos: int, end: int) -> None:
         """Keep the bytes of the incomplete frame, with offsets made relative to its start."""

@@ -41,7 +41,8 @@ class SessionHandler(Protocol):
     def on_unsubscribe(self, frame: Frame, sub_id: str) -> None: ...
     def on_ack(self, frame: Frame, nack: bool) -> None: ...
     def on_transaction(self, frame: Frame, transaction: str) -> None: ...
-    def on_disconnect(self, frame: Frame) -> None: ...
+    def when_idle(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once every message this client sent has left the pipeline."""
 
 
 class StompSession:
@@ -63,6 +64,7 @@ class StompSession:
         self.decoder = FrameDecoder(self.settings.limits)
         self.version: str | None = None  # None until CONNECTED was sent
         self.closed = False
+        self.disconnecting = False  # DISCONNECT or a bad frame read: nothing more is read
         self.send_interval = 0.0  # seconds between server heart-beats, 0 = none
         self.receive_interval = 0.0  # seconds of client silence tolerated, 0 = no check
         self.last_received = clock()
@@ -82,27 +84,26 @@ class StompSession:
 
     def data_received(self, data: bytes) -> None:
         """Feed bytes from the socket; handles every frame they complete."""
-        if self.closed:
+        if self.closed or self.disconnecting:
             return
         self.last_received = self.clock()
-        try:
-            frames = self.decoder.feed(data)
-        except ProtocolError as error:
-            self.fail(error)
-            return
+        frames = self._decode(data)
         if self.version is None and frames:
             self._handle(frames[0])  # CONNECT: the rest is decoded with its version
-            if self.closed:
-                return
-            try:
-                frames = self.decoder.feed(b"")
-            except ProtocolError as error:
-                self.fail(error)
-                return
+            frames = self._decode(b"") if not self.closed else []
         for frame in frames:
-            self._handle(frame)
-            if self.closed:
+            if self.closed or self.disconnecting:
                 return
+            self._handle(frame)
+        if self.decoder.error is not None and not self.closed:
+            self.fail(self.decoder.error)
+
+    def _decode(self, data: bytes) -> list[Frame]:
+        try:
+            return self.decoder.feed(data)
+        except ProtocolError as error:
+            self.fail(error)
+            return []
 
     def _handle(self, frame: Frame) -> None:
         try:
@@ -128,9 +129,16 @@ class StompSession:
             self.egress.push(b"RECEIPT\nreceipt-id:" + self._escape(receipt_id) + b"\n\n\0")
 
     def fail(self, error: ProtocolError) -> None:
-        """Send an ERROR frame for ``error`` and close the connection after it."""
-        if self.closed:
+        """Stop reading, and once earlier frames are done send an ERROR and close.
+
+        Messages the client sent before the bad frame still get their receipts.
+        """
+        if self.closed or self.disconnecting:
             return
+        self.disconnecting = True
+        self.handler.when_idle(lambda: self._send_error(error))
+
+    def _send_error(self, error: ProtocolError) -> None:
         headers = [("message", error.message), ("content-type", "text/plain")]
         if error.receipt_id is not None:
             headers.append(("receipt-id", error.receipt_id))
@@ -277,8 +285,16 @@ class StompSession:
         self._receipt(frame)
 
     def _disconnect(self, frame: Frame) -> None:
-        """Stop reading; the handler sends the receipt once earlier frames are done."""
-        self.handler.on_disconnect(frame)
+        """Stop reading; the receipt follows once earlier frames are done."""
+        self.disconnecting = True
+        receipt = frame.headers.get("receipt")
+
+        def goodbye() -> None:
+            if receipt is not None:
+                self.send_receipt(receipt)
+            self.close()
+
+        self.handler.when_idle(goodbye)
 
     def _receipt(self, frame: Frame) -> None:
         receipt = frame.headers.get("receipt")

@@ -118,3 +118,38 @@ def test_abrupt_disconnect_mid_frame_harms_nobody(server):
     producer, _ = connect(server.port)
     producer.send("/queue/abrupt", "whole")
     assert [m.body for m in recorder.wait_for_messages(1)] == ["whole"]
+
+
+def test_good_frames_before_a_bad_one_in_the_same_packet_are_processed(server):
+    consumer, recorder = connect(server.port)
+    consumer.subscribe("/queue/mixed", id="1", headers={"receipt": "s"})
+    assert recorder.wait_until(lambda: "s" in recorder.receipts)
+    client = RawClient(server.port)
+    client.send(
+        CONNECT
+        + b"SEND\ndestination:/queue/mixed\nreceipt:good\n\nfirst\0"
+        + b"SEND\ndestination:/queue/mixed\nbroken header\n\nsecond\0"
+    )
+    frames = [client.next_frame() for _ in range(3)]
+    assert [f.command for f in frames] == ["CONNECTED", "RECEIPT", "ERROR"]
+    assert frames[2].headers["message"] == "malformed frame"
+    assert [m.body for m in recorder.wait_for_messages(1)] == ["first"]
+
+
+def test_frames_after_disconnect_are_ignored(server):
+    consumer, recorder = connect(server.port)
+    consumer.subscribe("/queue/after-bye", id="1", headers={"receipt": "s"})
+    assert recorder.wait_until(lambda: "s" in recorder.receipts)
+    client = RawClient(server.port)
+    client.send(
+        CONNECT
+        + b"SEND\ndestination:/queue/after-bye\n\nbefore\0"
+        + b"DISCONNECT\nreceipt:bye\n\n\0"
+        + b"SEND\ndestination:/queue/after-bye\n\nafter\0"
+    )
+    assert client.next_frame().command == "CONNECTED"
+    assert client.next_frame().headers["receipt-id"] == "bye"
+    assert client.wait_closed()
+    producer, _ = connect(server.port)
+    producer.send("/queue/after-bye", "marker")
+    assert [m.body for m in recorder.wait_for_messages(2)] == ["before", "marker"]
