@@ -1,0 +1,63 @@
+"""Committed message and byte counts, readable from any thread without a transaction.
+
+The persistent counters in a store's ``LogSet`` are the truth and survive a
+reopen; this mirror of them is replaced only after a commit returns, so a
+watermark check on the reactor thread sees committed figures and never
+touches ZODB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .model import LogSet
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    messages: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CountSnapshot:
+    destinations: dict[str, Counts]
+    total: Counts
+
+    @classmethod
+    def of(cls, logs: LogSet, destinations: Iterable[str]) -> CountSnapshot:
+        """Read counts inside a transaction, to publish once it has committed.
+
+        Names without a log (a topic message nobody stored) are left out.
+        """
+        found = {name: logs.logs.get(name) for name in destinations}
+        return cls(
+            {name: Counts(log.count, log.bytes) for name, log in found.items() if log is not None},
+            Counts(logs.count, logs.bytes),
+        )
+
+
+class CountMirror:
+    """Per-destination and total counts as of the last commit.
+
+    ``publish`` swaps in new dicts instead of mutating, so a reader on another
+    thread always sees one consistent state.
+    """
+
+    def __init__(self) -> None:
+        self._destinations: dict[str, Counts] = {}
+        self._total = Counts()
+
+    def publish(self, snapshot: CountSnapshot) -> None:
+        self._destinations = {**self._destinations, **snapshot.destinations}
+        self._total = snapshot.total
+
+    def destinations(self) -> list[str]:
+        return sorted(self._destinations)
+
+    def get(self, destination: str) -> Counts:
+        return self._destinations.get(destination, Counts())
+
+    def total(self) -> Counts:
+        return self._total

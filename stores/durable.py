@@ -1,0 +1,99 @@
+"""The persistent side of durable topic subscriptions.
+
+A topic message is stored once, in the topic's log, while at least one
+durable subscription of that topic exists. Each subscription keeps the
+position (sequence number) up to which it has acknowledged; a message every
+subscription has passed is garbage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+from BTrees.OOBTree import OOBTree, OOTreeSet
+from persistent import Persistent
+
+from .model import LogSet
+from .records import StoredMessage
+
+SubscriptionKey = tuple[str, str]  # (client_id, subscription name)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A durable subscription as the server sees it."""
+
+    client_id: str
+    name: str
+    topic: str
+    selector: str
+    acked_seq: int
+
+
+class Subscription(Persistent):
+    def __init__(self, topic: str, selector: str, acked_seq: int) -> None:
+        self.topic = topic
+        self.selector = selector
+        self.acked_seq = acked_seq
+
+    def info(self, key: SubscriptionKey) -> SubscriptionInfo:
+        return SubscriptionInfo(key[0], key[1], self.topic, self.selector, self.acked_seq)
+
+
+class DurableLogSet(LogSet):
+    """A ``LogSet`` of topic logs plus the durable subscription registry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subscriptions: OOBTree = OOBTree()  # SubscriptionKey -> Subscription
+        self.subscribers: OOBTree = OOBTree()  # topic -> OOTreeSet of SubscriptionKey
+
+    def subscribe(self, key: SubscriptionKey, topic: str, selector: str) -> Subscription:
+        """Register a subscription that starts at the topic's current end."""
+        sub = Subscription(topic, selector, self.log(topic).last_seq)
+        self.subscriptions[key] = sub
+        members = self.subscribers.get(topic)
+        if members is None:
+            members = self.subscribers[topic] = OOTreeSet()
+        members.add(key)
+        return sub
+
+    def unsubscribe(self, key: SubscriptionKey) -> Subscription:
+        sub: Subscription = self.subscriptions.pop(key)
+        members = self.subscribers[sub.topic]
+        members.remove(key)
+        if not members:
+            del self.subscribers[sub.topic]
+            self.clear(self.log(sub.topic))
+        return sub
+
+    def has_subscribers(self, topic: str) -> bool:
+        return topic in self.subscribers
+
+    def floor(self, topic: str) -> int:
+        """The highest position every subscription of ``topic`` has passed."""
+        members = self.subscribers.get(topic, ())
+        log = self.logs.get(topic)
+        last = 0 if log is None else log.last_seq
+        return min((self.subscriptions[key].acked_seq for key in members), default=last)
+
+    def passed(self, topics: Iterable[str]) -> Iterator[tuple[str, int]]:
+        """(topic, seq) positions of stored messages every subscriber has passed."""
+        for topic in topics:
+            log = self.logs.get(topic)
+            if log is not None:
+                for seq in log.messages.keys(max=self.floor(topic)):
+                    yield topic, seq
+
+    def collect(
+        self, limit: int, topics: Iterable[str] | None = None
+    ) -> tuple[list[StoredMessage], bool]:
+        """Remove up to ``limit`` passed messages of ``topics`` (default all).
+
+        Returns them and whether none are left.
+        """
+        due = list(islice(self.passed(self.logs.keys() if topics is None else topics), limit))
+        removed = [m for topic, seq in due if (m := self.pop(topic, seq)) is not None]
+        return removed, len(due) < limit

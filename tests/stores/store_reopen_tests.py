@@ -1,0 +1,86 @@
+"""Reopen: what was committed is there after a restart, and nothing removed comes back."""
+
+from __future__ import annotations
+
+from .store_fixtures import Stores, message
+
+T = "/topic/news"
+
+
+class ReopenTests:
+    def test_messages_survive_a_restart_in_order_and_removals_stay_removed(
+        self, stores: Stores
+    ) -> None:
+        queue = stores.queue()
+        seqs = queue.append([message(f"m{i}") for i in range(5)])
+        queue.remove("/queue/a", seqs[1:3])
+        stores.restart()
+        queue = stores.queue()
+        assert [m.message_id for _, m in queue.read("/queue/a", now_ms=0).messages] == [
+            "m0",
+            "m3",
+            "m4",
+        ]
+
+    def test_positions_are_never_reused_after_a_restart(self, stores: Stores) -> None:
+        queue = stores.queue()
+        seqs = queue.append([message("m0"), message("m1")])
+        queue.remove("/queue/a", seqs)
+        stores.restart()
+        queue = stores.queue()
+        (seq,) = queue.append([message("m2")])
+        assert seq > max(seqs)
+
+    def test_subscriptions_and_positions_survive_a_restart(self, stores: Stores) -> None:
+        topics = stores.topics()
+        topics.subscribe("c1", "s1", T, "x = 1")
+        seqs = topics.append([message(f"m{i}", T) for i in range(3)])
+        assert seqs[0] is not None
+        topics.acknowledge("c1", "s1", seqs[0])
+        stores.restart()
+        topics = stores.topics()
+        (info,) = topics.subscriptions()
+        assert (info.client_id, info.name, info.topic, info.selector, info.acked_seq) == (
+            "c1",
+            "s1",
+            T,
+            "x = 1",
+            seqs[0],
+        )
+        assert [m.message_id for _, m in topics.replay("c1", "s1", now_ms=0).messages] == [
+            "m1",
+            "m2",
+        ]
+        info, created = topics.subscribe("c1", "s1", T, "x = 1")
+        assert not created
+
+    def test_the_expiry_index_survives_a_restart(self, stores: Stores) -> None:
+        queue = stores.queue()
+        queue.append([message("e", expires=5), message("k")])
+        stores.restart()
+        queue = stores.queue()
+        assert [m.message_id for m in queue.sweep_expired(10).removed] == ["e"]
+
+    def test_stores_on_one_database_do_not_see_each_other(self, stores: Stores) -> None:
+        queue, topics = stores.queue(), stores.topics()
+        topics.subscribe("c1", "s1", T)
+        queue.append([message("q")])
+        topics.append([message("t", T)])
+        stores.restart()
+        assert stores.queue().destinations() == ["/queue/a"]
+        assert stores.topics().destinations() == [T]
+
+    def test_packing_the_database_keeps_every_live_message(self, stores: Stores) -> None:
+        queue, topics = stores.queue(), stores.topics()
+        topics.subscribe("c1", "s1", T)
+        seqs = queue.append([message(f"m{i}") for i in range(10)])
+        topics.append([message("t", T)])
+        queue.remove("/queue/a", seqs[::2])
+        stores.db().pack()
+        stores.restart()
+        queue, topics = stores.queue(), stores.topics()
+        assert [m.message_id for _, m in queue.read("/queue/a", now_ms=0).messages] == [
+            f"m{i}" for i in range(1, 10, 2)
+        ]
+        assert queue.count("/queue/a") == 5
+        assert [m.message_id for _, m in topics.replay("c1", "s1", now_ms=0).messages] == ["t"]

@@ -1,0 +1,155 @@
+"""Throwaway database servers for the store tests: a ZEO server and a PostgreSQL cluster.
+
+Each runs as its own process on a free loopback port, in a temporary
+directory, and is stopped and removed by the fixture that started it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before listening")
+        try:
+            socket.create_connection((LOOPBACK, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on {LOOPBACK}:{port} within {timeout} s")
+
+
+@contextmanager
+def zeo_server(directory: Path) -> Iterator[str]:
+    """A ZEO server (runzeo) on a FileStorage in ``directory``; yields its zeo:// URI."""
+    port = free_port()
+    log = (directory / "zeo.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ZEO.runzeo",
+            "-a",
+            f"{LOOPBACK}:{port}",
+            "-f",
+            str(directory / "Data.fs"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"zeo://{LOOPBACK}:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def postgres_bin(name: str) -> str | None:
+    """A PostgreSQL server program from PATH or Debian's versioned directory."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+def postgres_unavailable() -> str | None:
+    """Why a throwaway cluster cannot be started here, or None if it can."""
+    missing = [name for name in ("initdb", "pg_ctl") if postgres_bin(name) is None]
+    if missing:
+        return (
+            f"PostgreSQL server programs not found ({', '.join(missing)}): "
+            "apt-get install -y postgresql (see tests/stores/SETUP.md)"
+        )
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no 'postgres' user to run initdb as"
+    return None
+
+
+@contextmanager
+def postgres_cluster() -> Iterator[str]:
+    """A fresh PostgreSQL cluster with one database; yields its postgresql:// URI.
+
+    initdb refuses to run as root, so as root the cluster belongs to the
+    'postgres' user. fsync is off: these tests check the store, not the disk.
+    """
+    user = "postgres" if os.geteuid() == 0 else None
+    directory = Path(tempfile.mkdtemp(prefix="wiremq-pg-"))
+    if user:
+        shutil.chown(directory, user)
+    data = directory / "data"
+    port = free_port()
+    run = {"user": user, "check": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    pg_ctl = [str(postgres_bin("pg_ctl")), "-D", str(data)]
+    try:
+        subprocess.run(
+            [
+                str(postgres_bin("initdb")),
+                "-D",
+                str(data),
+                "-U",
+                "wiremq",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            **run,
+        )  # type: ignore[call-overload]
+        options = (
+            f"-p {port} -k {directory} -c listen_addresses={LOOPBACK} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        subprocess.run(
+            [
+                *pg_ctl,
+                "-o",
+                options,
+                "-l",
+                str(directory / "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            **run,
+        )  # type: ignore[call-overload]
+        try:
+            import psycopg2
+
+            admin = psycopg2.connect(host=LOOPBACK, port=port, user="wiremq", dbname="postgres")
+            admin.autocommit = True
+            admin.cursor().execute("CREATE DATABASE wiremq_test")
+            admin.close()
+            yield f"postgresql://wiremq@{LOOPBACK}:{port}/wiremq_test"
+        finally:
+            subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], **run)  # type: ignore[call-overload]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
