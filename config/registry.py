@@ -11,6 +11,7 @@ reference are all derived from it; a parameter is added in one place
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -87,6 +88,8 @@ class Parameter:
             raise ValueError(f"{value!r} is not valid: expected {self.allowed()}")
         if self.kind in (int, float) and not isinstance(value, bool):
             assert isinstance(value, int | float)
+            if math.isnan(value):
+                raise ValueError(f"{value} is not valid: expected {self.allowed()}")
             if self.off is not None and value == self.off:
                 return
             too_low = self.minimum is not None and value < self.minimum

@@ -198,4 +198,4 @@ def render_config(settings: Settings, pipelines: dict[str, list[ModuleSpec]] | N
 def _text(value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return repr(value) if isinstance(value, float) else str(value)

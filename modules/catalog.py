@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec
@@ -36,6 +37,8 @@ def resolve(spec: ModuleSpec) -> type[PipelineModule]:
         ) from None
     if not (isinstance(found, type) and issubclass(found, PipelineModule)):
         raise ConfigError(spec.where, f"{spec.reference!r} is not a PipelineModule subclass")
+    if inspect.isabstract(found):
+        raise ConfigError(spec.where, f"{spec.reference!r} is abstract: it must implement handle")
     return found
 
 
@@ -49,6 +52,9 @@ def build_chain(
     checked when its SEND is read.
     """
     classes = [resolve(spec) for spec in specs]
+    for spec, cls in zip(specs, classes, strict=True):
+        if classes.count(cls) > 1:
+            raise ConfigError(spec.where, f"module {spec.reference!r} is listed twice")
     where = specs[0].where if specs else f"the {domain} pipeline"
     for required in (StorageModule, DistributingModule):
         if required not in classes:

@@ -66,7 +66,7 @@ def encode_frame(
     version: str = "1.2",
 ) -> bytes:
     """Encode one frame; a ``content-length`` header is always added for the body."""
-    escaped = command not in ("CONNECT", "CONNECTED")
+    escaped = command not in ("CONNECT", "STOMP", "CONNECTED")
     lines = [command]
     for name, value in headers:
         if escaped:
@@ -170,6 +170,7 @@ class FrameDecoder:
                     self._pending = pending
                     self._scanned = end
                     break
+                self._check_body_size(body_end - pending.body_start)
             body = buf[pending.body_start : body_end]
             frames.append(Frame(pending.command, pending.headers, body))
             pos = body_end + 1
@@ -199,7 +200,7 @@ class FrameDecoder:
         """Parse the command and headers of the frame at ``pos``, or None if incomplete."""
         search_from = max(pos, self._scanned - 2)
         head_end = buf.find(b"\n\n", search_from)
-        crlf = buf.find(b"\n\r\n", search_from, head_end if head_end >= 0 else end)
+        crlf = buf.find(b"\n\r\n", search_from, head_end + 1 if head_end >= 0 else end)
         if crlf >= 0:
             head_end, body_start = crlf, crlf + 3
             if buf[crlf - 1] == 13:
@@ -235,7 +236,7 @@ class FrameDecoder:
             )
 
     def _content_length(self, text: str) -> int:
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise ProtocolError("malformed frame", f"content-length {text!r} is not a number")
         length = int(text)
         if length > self.limits.max_body_bytes:
@@ -253,6 +254,8 @@ class FrameDecoder:
             raise ProtocolError("malformed frame", "frame headers are not UTF-8") from None
         if "\r" in text:  # CRLF ends a line; a lone CR is part of a 1.0/1.1 value
             text = text.replace("\r\n", "\n")
+            if text.endswith("\r"):  # the last line's CR, before the blank line's LF
+                text = text[:-1]
         lines = text.split("\n")
         command = lines[0]
         limits = self.limits
@@ -261,7 +264,9 @@ class FrameDecoder:
                 "too many headers",
                 f"{len(lines) - 1} headers exceed the server's limit of {limits.max_headers}",
             )
-        if len(command) > limits.max_header_bytes:
+        # A line can only be over the byte limit if the whole head is.
+        long_lines_possible = stop - start > limits.max_header_bytes
+        if long_lines_possible and len(command.encode()) > limits.max_header_bytes:
             raise ProtocolError("malformed frame", "command line too long")
         version = self.version  # None until negotiated: CONNECT is never unescaped
         unescaping = "\\" in text and version not in (None, "1.0")
@@ -270,7 +275,7 @@ class FrameDecoder:
             name, colon, value = line.partition(":")
             if not colon:
                 raise ProtocolError("malformed frame", f"header line {line[:80]!r} has no colon")
-            if len(line) > limits.max_header_bytes:
+            if long_lines_possible and len(line.encode()) > limits.max_header_bytes:
                 raise ProtocolError(
                     "header too long",
                     f"header {name[:80]!r} exceeds the server's limit of "

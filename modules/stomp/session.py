@@ -68,6 +68,8 @@ class StompSession:
         self.send_interval = 0.0  # seconds between server heart-beats, 0 = none
         self.receive_interval = 0.0  # seconds of client silence tolerated, 0 = no check
         self.last_received = clock()
+        self._last_check = self.last_received  # last heart-beat check
+        self._heartbeat_due = self.last_received  # when the next server heart-beat is due
         self._dispatch: dict[str, Callable[[Frame], None]] = {
             "SEND": self._send,
             "SUBSCRIBE": self._subscribe,
@@ -181,10 +183,17 @@ class StompSession:
                 return None
             deadlines.append(deadline)
         if self.send_interval:
-            if not self.egress.active:
+            # Checked every half interval: a write seen now happened after the previous
+            # check at the earliest, so the next heart-beat is due an interval after that.
+            if self.egress.active:
+                self.egress.active = False
+                self._heartbeat_due = self._last_check + self.send_interval
+            elif now >= self._heartbeat_due - 1e-9:
                 self.egress.push(b"\n")
-            self.egress.active = False
-            deadlines.append(now + self.send_interval)
+                self.egress.active = False
+                self._heartbeat_due = now + self.send_interval
+            self._last_check = now
+            deadlines.append(min(self._heartbeat_due, now + self.send_interval / 2))
         return min(deadlines)
 
     # -- frames ------------------------------------------------------------------------
@@ -304,7 +313,7 @@ class StompSession:
 
 def _parse_heartbeat(value: str) -> tuple[int, int]:
     parts = value.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
         raise ProtocolError(
             "invalid heart-beat header", f"heart-beat {value[:64]!r} is not two integers 'cx,cy'"
         )

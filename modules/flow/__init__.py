@@ -1,0 +1,1 @@
+"""Flow control: watermarks, per-client egress priority queues and slow-subscriber measures."""

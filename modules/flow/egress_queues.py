@@ -1,0 +1,337 @@
+"""Per-client egress priority queues in front of the client's TCP transmit queue.
+
+Frames for one client wait in five queues, drained by strict priority (high
+to low): C-1 control frames (RECEIPT, ERROR, CONNECTED, heart-beats); D-3,
+D-2, D-1 non-persistent messages by class of service 3/2/1; G-1 persistent
+messages. Sizes are counted in work units of 2,048 bytes.
+
+Admission: a queue takes a message while it holds fewer than ``min_burst``
+messages, or while its work plus the message's work is within ``max_depth``;
+otherwise the queue is *full*, and what happens then is the client's policy
+(one per client, as a client profile's; it may be changed at any time):
+
+- ``Policy.DISCARD_OLDEST``: a full D queue discards its oldest messages until
+  the new one is admitted (or the queue is empty), and the client's next
+  message written out carries a discard indication. Persistent (G-1) and
+  control (C-1) frames are never discarded: a full G-1 or C-1 queue still
+  takes the frame.
+- ``Policy.BLOCK``: nothing is discarded and the queue takes the message
+  anyway, going over ``max_depth``. Callers under BLOCK are expected to stop
+  delivering to the client before this happens, by asking ``ready(queue)``
+  or ``has_room(queue, nbytes)`` first and treating the consumer as not ready
+  while it says no.
+
+Draining follows the whole-message rule of a TCP transmit queue bounded in
+bytes: while the transmit queue is below its bound the whole next message is
+placed on it, even if that takes it over the bound; at or above the bound
+nothing more is taken. ``TransmitQueue`` is that byte counter in plain Python;
+in the server the bound is the transport's write buffer, whose producer pause
+makes ``room()`` false.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+WORK_UNIT = 2048  # bytes per work unit
+DEFAULT_MAX_DEPTH = 20000  # work units, every queue
+DEFAULT_MIN_BURST = 4  # messages, C-1 and D queues
+DEFAULT_G1_MIN_BURST = 255  # messages, G-1: at least a consumer's flow window
+
+
+class EgressQueue(IntEnum):
+    """The five queues; the value is the drain order (0 is drained first)."""
+
+    C1 = 0
+    D3 = 1
+    D2 = 2
+    D1 = 3
+    G1 = 4
+
+    @property
+    def label(self) -> str:
+        return f"{self.name[0]}-{self.name[1]}"
+
+
+class Policy(Enum):
+    """What a full queue does with a new message (see the module docstring)."""
+
+    BLOCK = "block"
+    DISCARD_OLDEST = "discard-oldest"
+
+
+_BY_CLASS_OF_SERVICE = {1: EgressQueue.D1, 2: EgressQueue.D2, 3: EgressQueue.D3}
+
+
+def message_queue(persistent: bool, class_of_service: int = 1) -> EgressQueue:
+    """The queue a MESSAGE goes to: G-1 if persistent, else D-<class of service 1..3>."""
+    if persistent:
+        return EgressQueue.G1
+    try:
+        return _BY_CLASS_OF_SERVICE[class_of_service]
+    except KeyError:
+        raise ValueError(f"class of service must be 1, 2 or 3, not {class_of_service}") from None
+
+
+def work_units(nbytes: int) -> int:
+    """Work units of a frame of ``nbytes``: ceil(nbytes / 2048), at least 1."""
+    return (nbytes + WORK_UNIT - 1) // WORK_UNIT or 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """One queue's ``max-depth`` (work units) and ``min-msg-burst`` (messages)."""
+
+    max_depth: int = DEFAULT_MAX_DEPTH
+    min_burst: int = DEFAULT_MIN_BURST
+
+    def __post_init__(self) -> None:
+        if self.max_depth < 1 or self.min_burst < 0:
+            raise ValueError(f"need max_depth >= 1 and min_burst >= 0: {self}")
+
+
+# In EgressQueue order: C-1, D-3, D-2, D-1, G-1.
+DEFAULT_LIMITS: tuple[QueueLimits, ...] = (
+    QueueLimits(),
+    QueueLimits(),
+    QueueLimits(),
+    QueueLimits(),
+    QueueLimits(min_burst=DEFAULT_G1_MIN_BURST),
+)
+
+
+class Entry:
+    """One frame waiting: ``head`` + ``tail`` on the wire, and who delivered it.
+
+    ``owner`` is opaque here (the subscription, or None for control frames);
+    the writer tells it when the entry was written.
+    """
+
+    __slots__ = ("head", "tail", "owner", "work")
+
+    def __init__(self, head: bytes, tail: bytes, owner: object, work: int) -> None:
+        self.head = head
+        self.tail = tail
+        self.owner = owner
+        self.work = work
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire (not stored: few callers need it)."""
+        return len(self.head) + len(self.tail)
+
+
+class _Queue:
+    __slots__ = (
+        "entries",
+        "work",
+        "max_depth",
+        "min_burst",
+        "discardable",
+        "bit",
+        "hwm",
+        "discards",
+        "delivered",
+    )
+
+    def __init__(self, queue: EgressQueue, limits: QueueLimits) -> None:
+        self.entries: deque[Entry] = deque()
+        self.work = 0
+        self.max_depth = limits.max_depth
+        self.min_burst = limits.min_burst
+        self.discardable = queue not in (EgressQueue.C1, EgressQueue.G1)
+        self.bit = 1 << queue
+        self.hwm = 0
+        self.discards = 0
+        self.delivered = 0
+
+    def admits(self, work: int) -> bool:
+        return len(self.entries) < self.min_burst or self.work + work <= self.max_depth
+
+
+# For each set of non-empty queues (a bit per queue), the one drained first.
+_FIRST = tuple((bits & -bits).bit_length() - 1 for bits in range(1 << len(EgressQueue)))
+
+
+class EgressQueues:
+    """One client's five egress queues, their statistics and its discard indication.
+
+    ``policy`` is what a full D queue does (see the module docstring); it is a
+    plain attribute the server may change. ``on_discard(entry)`` is called for
+    every entry discarded, so that its owner can give back what it reserved
+    for it (a consumer window slot, say); it must not enqueue on this client.
+    """
+
+    __slots__ = ("policy", "_queues", "_nonempty", "_discarded", "_on_discard")
+
+    def __init__(
+        self,
+        limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
+        policy: Policy = Policy.BLOCK,
+        on_discard: Callable[[Entry], object] | None = None,
+    ) -> None:
+        if len(limits) != len(EgressQueue):
+            raise ValueError(f"need limits for {len(EgressQueue)} queues, got {len(limits)}")
+        self.policy = policy
+        self._queues = tuple(_Queue(queue, limits[queue]) for queue in EgressQueue)
+        self._nonempty = 0  # a bit per queue holding entries
+        self._discarded = 0  # discards not yet indicated to the client
+        self._on_discard = on_discard
+
+    def enqueue(self, queue: int, head: bytes, tail: bytes, owner: object = None) -> None:
+        """Queue a frame on ``queue`` (an ``EgressQueue``); see the module docstring."""
+        q = self._queues[queue]
+        # work_units() inlined (2048 == 1 << 11): this is the hot path.
+        work = (len(head) + len(tail) + 2047) >> 11 or 1
+        entries = q.entries
+        depth = q.work + work
+        if (
+            depth > q.max_depth
+            and len(entries) >= q.min_burst
+            and q.discardable
+            and self.policy is Policy.DISCARD_OLDEST
+        ):
+            self._discard_for(q, work)
+            depth = q.work + work
+        entries.append(Entry(head, tail, owner, work))
+        q.work = depth
+        if depth > q.hwm:
+            q.hwm = depth
+        self._nonempty |= q.bit
+
+    def _discard_for(self, q: _Queue, work: int) -> None:
+        entries = q.entries
+        on_discard = self._on_discard
+        while entries and not q.admits(work):
+            old = entries.popleft()
+            q.work -= old.work
+            q.discards += 1
+            self._discarded += 1
+            if on_discard is not None:
+                on_discard(old)
+
+    def drain(self, room: Callable[[], bool], write: Callable[[Entry, int], object]) -> None:
+        """Hand entries to ``write`` by strict priority while ``room()`` says yes.
+
+        ``write(entry, discarded)`` must place the entry on the transmit queue
+        so that ``room()`` sees it (``TransmitQueue.add``, or a transport write
+        that pauses its producer): that is the whole-message rule. It may
+        enqueue more frames. ``discarded`` is the number of messages discarded
+        since the last message written; it is handed over (and reset) with the
+        first MESSAGE entry after them, and the writer adds the discard
+        indication to that frame. Control (C-1) entries always get 0.
+        """
+        queues = self._queues
+        while self._nonempty and room():
+            index = _FIRST[self._nonempty]
+            q = queues[index]
+            entries = q.entries
+            entry = entries.popleft()
+            q.work -= entry.work
+            q.delivered += 1
+            if not entries:
+                self._nonempty ^= q.bit
+            if index and self._discarded:
+                discarded = self._discarded
+                self._discarded = 0
+                write(entry, discarded)
+            else:
+                write(entry, 0)
+
+    @property
+    def pending(self) -> bool:
+        """True while any queue holds an entry."""
+        return self._nonempty != 0
+
+    @property
+    def discarded(self) -> int:
+        """Messages discarded since the last message written (the pending indication)."""
+        return self._discarded
+
+    def has_room(self, queue: int, nbytes: int) -> bool:
+        """Would ``queue`` admit a frame of ``nbytes`` without being full?"""
+        return self._queues[queue].admits(work_units(nbytes))
+
+    def ready(self, queue: int) -> bool:
+        """The client is ready for ``queue`` while it would admit a one-unit message."""
+        return self._queues[queue].admits(1)
+
+    @property
+    def queued_work(self) -> int:
+        """Work units queued now, over all five queues."""
+        return sum(q.work for q in self._queues)
+
+    @property
+    def capacity_work(self) -> int:
+        """The sum of the five queues' max-depths, in work units."""
+        return sum(q.max_depth for q in self._queues)
+
+    def clear(self) -> list[Entry]:
+        """Remove and return every entry, by drain order (the client has gone)."""
+        removed: list[Entry] = []
+        for q in self._queues:
+            removed.extend(q.entries)
+            q.entries.clear()
+            q.work = 0
+        self._nonempty = 0
+        self._discarded = 0
+        return removed
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per-queue statistics as ``show client stats queue`` lists them, and totals.
+
+        Keys: "C-1", "D-3", "D-2", "D-1", "G-1", "total". The total has no
+        high-water mark (the queues' marks are not reached together).
+        """
+        result: dict[str, dict[str, int]] = {}
+        for queue, q in zip(EgressQueue, self._queues, strict=True):
+            result[queue.label] = {
+                "length_msgs": len(q.entries),
+                "length_work": q.work,
+                "hwm_work": q.hwm,
+                "max_work": q.max_depth,
+                "discards_msgs": q.discards,
+                "delivered_msgs": q.delivered,
+            }
+        result["total"] = {
+            key: sum(row[key] for row in result.values())
+            for key in ("length_msgs", "length_work", "max_work", "discards_msgs", "delivered_msgs")
+        }
+        return result
+
+    def clear_stats(self) -> None:
+        """Reset discards and deliveries, and high-water marks to the current depths."""
+        for q in self._queues:
+            q.hwm = q.work
+            q.discards = 0
+            q.delivered = 0
+
+
+class TransmitQueue:
+    """A client's TCP transmit queue as a byte count with a bound.
+
+    It has room while its depth is below the bound; a message placed then is
+    counted whole, so the depth may go over the bound until bytes are sent.
+    """
+
+    __slots__ = ("bound", "depth")
+
+    def __init__(self, bound: int) -> None:
+        if bound < 1:
+            raise ValueError(f"transmit queue bound must be >= 1 byte, not {bound}")
+        self.bound = bound
+        self.depth = 0
+
+    def has_room(self) -> bool:
+        return self.depth < self.bound
+
+    def add(self, nbytes: int) -> None:
+        """Count a message placed on the queue."""
+        self.depth += nbytes
+
+    def sent(self, nbytes: int) -> None:
+        """Count bytes acknowledged by the client (and so gone from the queue)."""
+        self.depth -= nbytes

@@ -1,0 +1,337 @@
+"""Per-client egress priority queues, drained into a byte-bounded transmit queue."""
+
+from collections.abc import Callable
+
+import pytest
+
+from wiremq.modules.flow.egress_queues import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_DEPTH,
+    EgressQueue,
+    EgressQueues,
+    Entry,
+    Policy,
+    QueueLimits,
+    TransmitQueue,
+    message_queue,
+    work_units,
+)
+
+C1, D3, D2, D1, G1 = EgressQueue
+UNIT = 2048
+
+
+class Writer:
+    """Records what drain() hands over, and counts it on a transmit queue."""
+
+    def __init__(self, bound: int = 1 << 30) -> None:
+        self.transmit = TransmitQueue(bound)
+        self.written: list[tuple[bytes, int]] = []
+
+    def __call__(self, entry: Entry, discarded: int) -> None:
+        self.transmit.add(entry.nbytes)
+        self.written.append((entry.head, discarded))
+
+    def drain(self, queues: EgressQueues) -> list[bytes]:
+        before = len(self.written)
+        queues.drain(self.transmit.has_room, self)
+        return [head for head, _ in self.written[before:]]
+
+
+def limits(queue: EgressQueue, max_depth: int, min_burst: int) -> tuple[QueueLimits, ...]:
+    """The default limits, with ``queue``'s replaced."""
+    chosen = list(DEFAULT_LIMITS)
+    chosen[queue] = QueueLimits(max_depth, min_burst)
+    return tuple(chosen)
+
+
+def frame(name: str, nbytes: int) -> tuple[bytes, bytes]:
+    """A head naming the frame and a tail padding it to ``nbytes`` in all."""
+    head = name.encode()
+    return head, b"x" * (nbytes - len(head))
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "units"), [(0, 1), (1, 1), (2047, 1), (2048, 1), (2049, 2), (4096, 2), (4097, 3)]
+)
+def test_work_units(nbytes: int, units: int) -> None:
+    assert work_units(nbytes) == units
+
+
+@pytest.mark.parametrize(
+    ("persistent", "cos", "queue"),
+    [(True, 1, G1), (True, 3, G1), (False, 1, D1), (False, 2, D2), (False, 3, D3)],
+)
+def test_message_queue_by_persistence_and_class_of_service(
+    persistent: bool, cos: int, queue: EgressQueue
+) -> None:
+    assert message_queue(persistent, cos) is queue
+
+
+@pytest.mark.parametrize("cos", [0, 4])
+def test_message_queue_refuses_an_unknown_class_of_service(cos: int) -> None:
+    with pytest.raises(ValueError):
+        message_queue(False, cos)
+
+
+def test_labels_and_default_limits_are_the_seeds() -> None:
+    assert [queue.label for queue in EgressQueue] == ["C-1", "D-3", "D-2", "D-1", "G-1"]
+    assert [(lim.max_depth, lim.min_burst) for lim in DEFAULT_LIMITS] == [
+        (20000, 4),
+        (20000, 4),
+        (20000, 4),
+        (20000, 4),
+        (20000, 255),
+    ]
+
+
+def test_drain_is_strict_priority_and_fifo_within_a_queue() -> None:
+    queues = EgressQueues()
+    for queue in reversed(EgressQueue):  # lowest priority first
+        queues.enqueue(queue, f"{queue.label}a".encode(), b"")
+        queues.enqueue(queue, f"{queue.label}b".encode(), b"")
+    assert Writer().drain(queues) == [
+        f"{queue.label}{n}".encode() for queue in EgressQueue for n in "ab"
+    ]
+    assert not queues.pending
+
+
+def test_an_entry_keeps_its_owner_and_frame() -> None:
+    queues = EgressQueues()
+    owner = object()
+    queues.enqueue(D1, b"head", b"tail", owner)
+    got: list[Entry] = []
+    queues.drain(lambda: True, lambda entry, _: got.append(entry))
+    assert [(e.head, e.tail, e.owner, e.nbytes, e.work) for e in got] == [
+        (b"head", b"tail", owner, 8, 1)
+    ]
+
+
+def test_whole_message_rule() -> None:
+    """Below the bound the whole next message goes; at or above it nothing does."""
+    queues = EgressQueues()
+    writer = Writer(bound=100)
+    for n in range(5):
+        queues.enqueue(D1, *frame(f"m{n}", 60))
+    assert writer.drain(queues) == [b"m0", b"m1"]  # 0 -> 60 -> 120: over the bound
+    assert writer.transmit.depth == 120
+    writer.transmit.sent(20)  # 100: at the bound, still no room
+    assert writer.drain(queues) == []
+    writer.transmit.sent(1)  # 99: room for one whole message
+    assert writer.drain(queues) == [b"m2"]
+    assert writer.transmit.depth == 159
+
+
+def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
+    queues = EgressQueues()
+    writer = Writer(bound=1)
+    queues.enqueue(D1, b"m0", b"")
+    queues.enqueue(D1, b"m1", b"")
+    assert writer.drain(queues) == [b"m0"]
+    queues.enqueue(C1, b"RECEIPT", b"")
+    writer.transmit.sent(writer.transmit.depth)
+    assert writer.drain(queues) == [b"RECEIPT"]
+
+
+def test_write_may_enqueue_more_and_it_is_drained_in_the_same_pass() -> None:
+    queues = EgressQueues()
+    written: list[bytes] = []
+
+    def write(entry: Entry, discarded: int) -> None:
+        written.append(entry.head)
+        if entry.head == b"m0":
+            queues.enqueue(C1, b"RECEIPT", b"")
+
+    queues.enqueue(D1, b"m0", b"")
+    queues.enqueue(D1, b"m1", b"")
+    queues.drain(lambda: True, write)
+    assert written == [b"m0", b"RECEIPT", b"m1"]
+
+
+@pytest.mark.parametrize(
+    ("max_depth", "min_burst", "queued", "nbytes", "room"),
+    [
+        (3, 0, [UNIT, UNIT], UNIT, True),  # 2 + 1 <= 3
+        (3, 0, [UNIT, UNIT], UNIT + 1, False),  # 2 + 2 > 3
+        (1, 4, [5 * UNIT] * 3, 5 * UNIT, True),  # 3 messages < min burst 4
+        (1, 4, [5 * UNIT] * 4, 1, False),  # burst used up and over max-depth
+        (1, 0, [], 2 * UNIT, False),  # bigger than max-depth on its own
+    ],
+)
+def test_has_room_follows_max_depth_and_min_burst(
+    max_depth: int, min_burst: int, queued: list[int], nbytes: int, room: bool
+) -> None:
+    queues = EgressQueues(limits(D2, max_depth, min_burst))
+    for size in queued:
+        queues.enqueue(D2, *frame("m", size))
+    assert queues.has_room(D2, nbytes) is room
+    assert queues.has_room(D1, nbytes)  # other queues are unaffected
+
+
+@pytest.mark.parametrize("queue", list(EgressQueue))
+def test_ready_until_the_queue_is_full(queue: EgressQueue) -> None:
+    queues = EgressQueues(limits(queue, 2, 1))
+    queues.enqueue(queue, *frame("m", UNIT))
+    assert queues.ready(queue)
+    queues.enqueue(queue, *frame("m", UNIT))
+    assert not queues.ready(queue)
+    Writer().drain(queues)
+    assert queues.ready(queue)
+
+
+@pytest.mark.parametrize("queue", list(EgressQueue))
+def test_block_never_discards_and_goes_over_max_depth(queue: EgressQueue) -> None:
+    queues = EgressQueues(limits(queue, 2, 1), Policy.BLOCK)
+    for n in range(4):
+        queues.enqueue(queue, *frame(f"m{n}", UNIT))
+    row = queues.stats()[queue.label]
+    assert (row["length_msgs"], row["length_work"], row["discards_msgs"]) == (4, 4, 0)
+    assert Writer().drain(queues) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+@pytest.mark.parametrize("queue", [C1, G1])
+def test_control_and_persistent_frames_are_never_discarded(queue: EgressQueue) -> None:
+    queues = EgressQueues(limits(queue, 2, 1), Policy.DISCARD_OLDEST)
+    for n in range(4):
+        queues.enqueue(queue, *frame(f"m{n}", UNIT))
+    assert queues.stats()[queue.label]["discards_msgs"] == 0
+    assert queues.discarded == 0
+    assert not queues.ready(queue)
+    assert Writer().drain(queues) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+@pytest.mark.parametrize("queue", [D3, D2, D1])
+def test_discard_oldest_makes_room_and_indicates_it_on_the_next_message(
+    queue: EgressQueue,
+) -> None:
+    dropped: list[bytes] = []
+    queues = EgressQueues(
+        limits(queue, 2, 1), Policy.DISCARD_OLDEST, on_discard=lambda e: dropped.append(e.head)
+    )
+    for n in range(5):
+        queues.enqueue(queue, *frame(f"m{n}", UNIT))
+    assert dropped == [b"m0", b"m1", b"m2"]
+    assert queues.discarded == 3
+    row = queues.stats()[queue.label]
+    assert (row["length_msgs"], row["length_work"], row["discards_msgs"]) == (2, 2, 3)
+    writer = Writer()
+    writer.drain(queues)
+    assert writer.written == [(b"m3", 3), (b"m4", 0)]
+    assert queues.discarded == 0
+
+
+def test_discard_frees_just_enough_for_a_large_message() -> None:
+    queues = EgressQueues(limits(D1, 4, 0), Policy.DISCARD_OLDEST)
+    for n in range(4):
+        queues.enqueue(D1, *frame(f"s{n}", 1))
+    queues.enqueue(D1, *frame("big", 2 * UNIT))  # 2 units: two small ones go
+    assert Writer().drain(queues) == [b"s2", b"s3", b"big"]
+
+
+def test_min_burst_lets_large_messages_in_before_discarding() -> None:
+    queues = EgressQueues(limits(D1, 1, 4), Policy.DISCARD_OLDEST)
+    for n in range(5):
+        queues.enqueue(D1, *frame(f"m{n}", 5 * UNIT))
+    row = queues.stats()["D-1"]
+    assert (row["length_msgs"], row["discards_msgs"]) == (4, 1)
+
+
+def test_a_message_bigger_than_max_depth_is_taken_alone() -> None:
+    queues = EgressQueues(limits(D1, 2, 0), Policy.DISCARD_OLDEST)
+    queues.enqueue(D1, *frame("old", 1))
+    queues.enqueue(D1, *frame("huge", 10 * UNIT))
+    assert Writer().drain(queues) == [b"huge"]
+    assert queues.stats()["D-1"]["discards_msgs"] == 1
+
+
+def test_the_indication_skips_control_frames() -> None:
+    queues = EgressQueues(limits(D1, 1, 1), Policy.DISCARD_OLDEST)
+    queues.enqueue(D1, *frame("m0", 1))
+    queues.enqueue(D1, *frame("m1", 1))  # m0 discarded
+    queues.enqueue(C1, b"RECEIPT", b"")
+    writer = Writer()
+    writer.drain(queues)
+    assert writer.written == [(b"RECEIPT", 0), (b"m1", 1)]
+
+
+def test_the_indication_goes_on_whatever_message_comes_next() -> None:
+    queues = EgressQueues(limits(D1, 1, 1), Policy.DISCARD_OLDEST)
+    queues.enqueue(D1, *frame("m0", 1))
+    queues.enqueue(D1, *frame("m1", 1))  # m0 discarded
+    queues.enqueue(G1, b"persistent", b"")
+    queues.policy = Policy.BLOCK  # the policy may change at run time
+    queues.enqueue(D1, *frame("m2", 1))
+    writer = Writer()
+    writer.drain(queues)
+    assert writer.written == [(b"m1", 1), (b"m2", 0), (b"persistent", 0)]
+
+
+def test_stats_are_those_of_show_client_stats_queue() -> None:
+    queues = EgressQueues()
+    writer = Writer(bound=1)
+    queues.enqueue(C1, b"CONNECTED", b"")
+    for _ in range(3):
+        queues.enqueue(G1, *frame("p", 3 * UNIT))
+    writer.drain(queues)  # the bound lets one frame out: CONNECTED
+    stats = queues.stats()
+    assert list(stats) == ["C-1", "D-3", "D-2", "D-1", "G-1", "total"]
+    assert stats["C-1"] == {
+        "length_msgs": 0,
+        "length_work": 0,
+        "hwm_work": 1,
+        "max_work": DEFAULT_MAX_DEPTH,
+        "discards_msgs": 0,
+        "delivered_msgs": 1,
+    }
+    assert stats["G-1"]["length_msgs"] == 3
+    assert stats["G-1"]["length_work"] == 9
+    assert stats["G-1"]["hwm_work"] == 9
+    assert stats["total"] == {
+        "length_msgs": 3,
+        "length_work": 9,
+        "max_work": 5 * DEFAULT_MAX_DEPTH,
+        "discards_msgs": 0,
+        "delivered_msgs": 1,
+    }
+    assert (queues.queued_work, queues.capacity_work) == (9, 5 * DEFAULT_MAX_DEPTH)
+
+
+def test_clear_stats_keeps_lengths_and_resets_marks_to_current_depth() -> None:
+    queues = EgressQueues(limits(D1, 2, 0), Policy.DISCARD_OLDEST)
+    for n in range(3):
+        queues.enqueue(D1, *frame(f"m{n}", UNIT))
+    queues.drain(lambda: queues.stats()["D-1"]["length_msgs"] > 1, lambda e, d: None)
+    queues.clear_stats()
+    row = queues.stats()["D-1"]
+    assert (row["length_msgs"], row["hwm_work"], row["discards_msgs"], row["delivered_msgs"]) == (
+        1,
+        1,
+        0,
+        0,
+    )
+
+
+def test_clear_returns_everything_in_drain_order() -> None:
+    queues = EgressQueues(limits(D1, 1, 1), Policy.DISCARD_OLDEST)
+    queues.enqueue(G1, b"g", b"")
+    queues.enqueue(D1, b"d0", b"")
+    queues.enqueue(D1, b"d1", b"")
+    queues.enqueue(C1, b"c", b"")
+    assert [entry.head for entry in queues.clear()] == [b"c", b"d1", b"g"]
+    assert not queues.pending
+    assert queues.queued_work == 0
+    assert queues.discarded == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: EgressQueues(DEFAULT_LIMITS[:4]),
+        lambda: QueueLimits(max_depth=0),
+        lambda: QueueLimits(min_burst=-1),
+        lambda: TransmitQueue(0),
+    ],
+)
+def test_bad_limits_are_refused(make: Callable[[], object]) -> None:
+    with pytest.raises(ValueError):
+        make()

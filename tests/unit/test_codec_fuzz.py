@@ -1,0 +1,147 @@
+"""Property tests of the decoder: no lost frame boundary, no error but ProtocolError."""
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, encode_frame, escape
+from wiremq.modules.stomp.frames import Frame, ProtocolError
+
+FUZZ = settings(max_examples=300, deadline=None)
+
+COMMANDS = ["SEND", "MESSAGE", "SUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "RECEIPT", "ERROR"]
+
+# What a header may hold in each version without breaking the frame: 1.0 escapes
+# nothing, 1.1 cannot carry a CR, 1.2 escapes everything special.
+EXCLUDED = {"1.0": "\n\r:", "1.1": "\r", "1.2": ""}
+
+
+def text(version: str, *, value: bool) -> st.SearchStrategy[str]:
+    excluded = EXCLUDED[version].replace(":", "") if value else EXCLUDED[version]
+    specials = st.sampled_from([c for c in "\\\n\r:" if c not in excluded])
+    chars = st.characters(codec="utf-8", exclude_characters=excluded) | specials
+    return st.text(chars, max_size=12)
+
+
+@st.composite
+def frames(draw, version: str, styles: list[str]) -> tuple[bytes, Frame]:
+    """One encoded frame, with an EOL style and framing drawn, and the frame it must decode to."""
+    command = draw(
+        st.sampled_from(COMMANDS)
+        | st.from_regex(r"[A-Z]{1,10}", fullmatch=True).filter(
+            lambda c: not c.startswith("CONNECT")
+        )
+    )
+    names = text(version, value=False).filter(lambda n: n != "content-length")
+    headers = draw(st.lists(st.tuples(names, text(version, value=True)), max_size=5))
+    body = draw(st.binary(max_size=64) | st.binary(max_size=4).map(lambda b: b"\0" + b + b"\0"))
+    expected = {}
+    for name, value in headers:
+        expected.setdefault(name, value)
+    style = draw(st.sampled_from(styles))
+    if style == "encode_frame":
+        wire = encode_frame(command, headers, body, version)
+        if body or command in ("SEND", "MESSAGE", "ERROR"):
+            expected.setdefault("content-length", str(len(body)))
+        return wire, Frame(command, expected, body)
+    if style == "no-length":
+        body = body.replace(b"\0", b"")
+    eol = "\r\n" if style == "crlf" else "\n"
+    lines = [command] + [f"{escape(n, version)}:{escape(v, version)}" for n, v in headers]
+    if style == "crlf":
+        lines.append(f"content-length:{len(body)}")
+        expected.setdefault("content-length", str(len(body)))
+    wire = (eol.join(lines) + eol + eol).encode() + body + b"\0"
+    return wire, Frame(command, expected, body)
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+@st.composite
+def streams(draw, styles: list[str]) -> tuple[str, list[bytes], list[Frame]]:
+    version = draw(st.sampled_from(["1.0", "1.1", "1.2"]))
+    encoded = draw(st.lists(frames(version, styles), min_size=1, max_size=6))
+    heart_beats = st.sampled_from([b"", b"\n", b"\r\n", b"\n\n"])
+    data = b"".join(draw(heart_beats) + wire for wire, _ in encoded) + draw(heart_beats)
+    cuts = draw(st.lists(st.integers(min_value=0, max_value=len(data)), max_size=12))
+    return version, chunked(data, cuts), [frame for _, frame in encoded]
+
+
+def decode_all(version: str, pieces: list[bytes]) -> list[Frame]:
+    decoder = FrameDecoder()
+    decoder.version = version
+    decoded = []
+    for piece in pieces:
+        decoded += decoder.feed(piece)
+    assert decoder.buffered == 0
+    return decoded
+
+
+@FUZZ
+@given(streams(["encode_frame", "no-length"]))
+def test_any_chunking_of_valid_frames_yields_exactly_those_frames(stream):
+    version, pieces, expected = stream
+    assert decode_all(version, pieces) == expected
+
+
+@FUZZ
+@given(streams(["crlf", "encode_frame"]))
+@example(
+    (
+        "1.2",
+        [b"SEND\r\ncontent-length:1\r\n\r\n\n\0"],
+        [Frame("SEND", {"content-length": "1"}, b"\n")],
+    )
+)
+def test_any_chunking_of_valid_crlf_frames_yields_exactly_those_frames(stream):
+    version, pieces, expected = stream
+    assert decode_all(version, pieces) == expected
+
+
+STOMPISH = st.sampled_from(
+    [
+        b"\n",
+        b"\r",
+        b"\r\n",
+        b"\0",
+        b":",
+        b"\\",
+        b"\\c",
+        b"\\r",
+        b"SEND",
+        b"CONNECT",
+        b"content-length:",
+        b"3",
+        b"12",
+        b"\xff",
+        b"\xc3\xa9",
+    ]
+)
+
+
+@FUZZ
+@given(
+    data=st.lists(STOMPISH | st.binary(max_size=8), max_size=40).map(b"".join),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+    version=st.sampled_from([None, "1.0", "1.1", "1.2"]),
+    limits=st.builds(
+        DecoderLimits,
+        max_body_bytes=st.integers(0, 64),
+        max_headers=st.integers(1, 8),
+        max_header_bytes=st.integers(1, 64),
+    ),
+)
+def test_arbitrary_bytes_raise_nothing_but_protocol_error(data, cuts, version, limits):
+    decoder = FrameDecoder(limits)
+    decoder.version = version
+    try:
+        for piece in chunked(data, cuts):
+            for frame in decoder.feed(piece):
+                assert isinstance(frame, Frame)
+        if version is None:
+            while decoder.feed(b""):
+                pass
+    except ProtocolError as error:
+        assert error.message

@@ -1,0 +1,272 @@
+"""The parameter registry, Settings, and reading and writing config.xml."""
+
+import pytest
+
+from wiremq.config.parameters import REGISTRY
+from wiremq.config.registry import Parameter, Registry
+from wiremq.config.settings import Settings
+from wiremq.config.xmlconfig import ConfigError, ModuleSpec, load_config, render_config
+
+COUNT = Parameter("G", "count", int, 10, "a count", minimum=1, maximum=100, off=-1)
+RATIO = Parameter("G", "ratio", float, 0.5, "a ratio", minimum=0.0, maximum=1.0)
+FLAG = Parameter("G", "flag", bool, False, "a flag")
+MODE = Parameter("G", "mode", str, "fast", "a mode", choices=("fast", "safe"))
+NAME = Parameter("G", "name", str, "x", "free text")
+TEST_REGISTRY = Registry([COUNT, RATIO, FLAG, MODE, NAME])
+
+
+# -- registry --------------------------------------------------------------------------
+
+
+def test_registering_a_parameter_twice_is_refused():
+    twin = Parameter("g", "COUNT", int, 5, "the same key, spelt differently")
+    with pytest.raises(ValueError, match="registered twice"):
+        Registry([COUNT, twin])
+
+
+def test_a_default_outside_the_bounds_is_refused():
+    with pytest.raises(ValueError, match="out of range"):
+        Registry([Parameter("G", "bad", int, 0, "default below minimum", minimum=1)])
+
+
+def test_lookup_ignores_case():
+    assert TEST_REGISTRY.get("g", "RATIO") is RATIO
+    assert TEST_REGISTRY.group("g") == "G"
+    assert TEST_REGISTRY.get("G", "nope") is None
+
+
+@pytest.mark.parametrize(
+    ("param", "text", "value"),
+    [
+        (COUNT, " 42 ", 42),
+        (COUNT, "100", 100),
+        (COUNT, "-1", -1),  # the off value, outside the bounds
+        (RATIO, "0.25", 0.25),
+        (FLAG, "TRUE", True),
+        (FLAG, "false", False),
+        (MODE, "safe", "safe"),
+        (NAME, " spaced ", "spaced"),
+    ],
+)
+def test_parse_accepts(param, text, value):
+    parsed = param.parse(text)
+    assert parsed == value
+    assert type(parsed) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("param", "text", "allowed"),
+    [
+        (COUNT, "4.2", "a whole number from 1 to 100, or -1 to switch it off"),
+        (COUNT, "0", "a whole number from 1 to 100, or -1 to switch it off"),
+        (COUNT, "101", "from 1 to 100"),
+        (COUNT, "-2", "from 1 to 100"),
+        (RATIO, "1.5", "a number from 0 to 1"),
+        (RATIO, "half", "a number from 0 to 1"),
+        (FLAG, "yes", "true or false"),
+        (MODE, "slow", "one of fast, safe"),
+    ],
+)
+def test_parse_refuses_with_what_is_allowed(param, text, allowed):
+    with pytest.raises(ValueError, match="expected") as caught:
+        param.parse(text)
+    assert allowed in str(caught.value)
+
+
+def test_nan_is_out_of_range():
+    with pytest.raises(ValueError):
+        REGISTRY.get("StompListener", "heartbeatgrace").parse("nan")
+
+
+def test_suggest_names_the_closest_parameter_or_lists_them():
+    assert TEST_REGISTRY.suggest("G", "cuont") == "did you mean 'count'?"
+    assert TEST_REGISTRY.suggest("G", "zzz") == "known parameters: count, ratio, flag, mode, name"
+
+
+# -- settings --------------------------------------------------------------------------
+
+
+def test_settings_start_from_defaults_and_take_overrides():
+    settings = Settings(TEST_REGISTRY, {"G.count": 7})
+    assert settings.get_int("g", "COUNT") == 7
+    assert settings.get_float("G", "ratio") == 0.5
+    assert settings.get_str("G", "mode") == "fast"
+    settings.set("g.ratio", 1.0)
+    assert dict(settings.items())["G.ratio"] == 1.0
+
+
+def test_settings_refuse_unknown_and_out_of_range():
+    settings = Settings(TEST_REGISTRY)
+    with pytest.raises(KeyError, match="G.nope"):
+        settings.get("G", "nope")
+    with pytest.raises(ValueError, match="out of range"):
+        settings.set("G.count", 0)
+    assert settings.get("G", "count") == 10
+
+
+# -- config.xml ------------------------------------------------------------------------
+
+
+def write(tmp_path, *lines: str):
+    """A config.xml whose given lines start at line 3."""
+    path = tmp_path / "config.xml"
+    text = '<?xml version="1.0"?>\n<wiremq>\n' + "\n".join(lines) + "\n</wiremq>\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(path, overrides=None) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    return caught.value
+
+
+def test_no_file_means_defaults():
+    config = load_config(None)
+    assert config.settings.get("StompListener", "port") == 61613
+    assert [m.reference for m in config.pipelines["p2p"]] == [
+        "transaction",
+        "prioqueue",
+        "storage",
+        "distributing",
+    ]
+
+
+def test_valid_file(tmp_path):
+    path = write(
+        tmp_path,
+        '<StompListener port="1234" heartbeatgrace="1.5"/>',
+        '<server loglevel="debug"/>',
+        '<Pipeline domain="pubsub">',
+        '  <module name="storage"/>',
+        '  <module class="my.plugins:Audit"/>',
+        '  <module name="distributing"/>',
+        "</Pipeline>",
+    )
+    config = load_config(path)
+    settings = config.settings
+    assert settings.get("StompListener", "port") == 1234
+    assert settings.get("StompListener", "heartbeatgrace") == 1.5
+    assert settings.get("Server", "loglevel") == "debug"
+    assert settings.get("StompListener", "maxheaders") == 1000
+    assert config.pipelines["pubsub"] == [
+        ModuleSpec("storage", False, f"{path}:6"),
+        ModuleSpec("my.plugins:Audit", True, f"{path}:7"),
+        ModuleSpec("distributing", False, f"{path}:8"),
+    ]
+    assert len(config.pipelines["p2p"]) == 4  # not listed: the default chain
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "fragments"),
+    [
+        (["<Broker x='1'/>"], 3, ["unknown parameter group <Broker>", "StompListener"]),
+        (
+            ['<StompListener prot="1"/>'],
+            3,
+            ["StompListener.prot", "unknown parameter", "did you mean 'port'?"],
+        ),
+        (
+            ["", '<StompListener port="70000"/>'],
+            4,
+            ["StompListener.port", "70000 is out of range", "from 0 to 65535"],
+        ),
+        (['<StompListener heartbeatgrace="lots"/>'], 3, ["StompListener.heartbeatgrace", "lots"]),
+        (["<StompListener><port>1</port></StompListener>"], 3, ["as attributes"]),
+        (["<Pipeline domain='queue'/>"], 3, ["domain must be p2p or pubsub"]),
+        (["<Pipeline domain='p2p'>", "<module/>", "</Pipeline>"], 4, ["exactly one of"]),
+        (
+            ["<Pipeline domain='p2p'>", "<module name='storage' class='a:B'/>", "</Pipeline>"],
+            4,
+            ["exactly one of"],
+        ),
+        (["<Pipeline domain='p2p'>", "<step name='x'/>", "</Pipeline>"], 4, ["<step>"]),
+        (["<Pipeline domain='p2p'/>", "<Pipeline domain='p2p'/>"], 4, ["listed twice"]),
+        (["<StompListener port='1'>", "</wrong>"], 4, ["not well-formed XML"]),
+    ],
+    ids=[
+        "unknown-group",
+        "unknown-parameter",
+        "out-of-range",
+        "not-a-number",
+        "child-elements",
+        "bad-domain",
+        "module-neither",
+        "module-both",
+        "not-a-module",
+        "duplicate-domain",
+        "malformed-xml",
+    ],
+)
+def test_bad_file_is_refused_naming_file_and_line(tmp_path, lines, line, fragments):
+    path = write(tmp_path, *lines)
+    message = str(config_error(path))
+    assert message.startswith(f"{path}:{line}: ")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_wrong_root_element(tmp_path):
+    path = tmp_path / "config.xml"
+    path.write_text("<config>\n</config>\n")
+    assert str(config_error(path)) == f"{path}:1: the root element must be <wiremq>"
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "absent.xml"
+    assert str(config_error(path)).startswith(f"{path}: cannot read the file")
+
+
+def test_command_line_overrides_the_file(tmp_path):
+    path = write(tmp_path, '<StompListener port="1234" host="0.0.0.0"/>')
+    config = load_config(path, {"stomplistener.PORT": "2000"})
+    assert config.settings.get("StompListener", "port") == 2000
+    assert config.settings.get("StompListener", "host") == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ({"StompListener.nope": "1"}, "command line: StompListener.nope: unknown parameter"),
+        ({"StompListener.port": "-5"}, "command line: StompListener.port: -5 is out of range"),
+    ],
+)
+def test_bad_command_line_override(override, fragment):
+    assert fragment in str(config_error(None, override))
+
+
+def test_rendered_config_loads_back_to_the_same_settings(tmp_path):
+    settings = Settings(
+        REGISTRY,
+        {
+            "StompListener.port": 1234,
+            "StompListener.heartbeatgrace": 1.5,
+            "Server.loglevel": "debug",
+            "Server.datadir": "/srv/a <b> & 'c'",
+        },
+    )
+    pipelines = {
+        "p2p": [ModuleSpec(n, False, "x") for n in ("storage", "distributing")],
+        "pubsub": [ModuleSpec("my.mod:Cls", True, "x"), ModuleSpec("storage", False, "x")],
+    }
+    path = tmp_path / "config.xml"
+    path.write_text(render_config(settings, pipelines), encoding="utf-8")
+    loaded = load_config(path)
+    assert loaded.settings.items() == settings.items()
+    for domain, specs in pipelines.items():
+        assert [(s.reference, s.is_class_path) for s in loaded.pipelines[domain]] == [
+            (s.reference, s.is_class_path) for s in specs
+        ]
+
+
+def test_rendered_default_config_documents_every_parameter():
+    text = render_config(Settings(REGISTRY))
+    for param in REGISTRY:
+        assert f"<!-- {param.name}: {param.doc}" in text
+
+
+def test_rendered_config_keeps_float_precision(tmp_path):
+    settings = Settings(REGISTRY, {"StompListener.heartbeatgrace": 1.2345678})
+    path = tmp_path / "config.xml"
+    path.write_text(render_config(settings), encoding="utf-8")
+    assert load_config(path).settings.get("StompListener", "heartbeatgrace") == 1.2345678
