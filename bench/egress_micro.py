@@ -1,6 +1,6 @@
 """Micro-benchmark of the flow-control hot paths (not a test: pytest does not collect it).
 
-Run: .venv/bin/python tests/unit/flow/bench_egress.py
+Run: .venv/bin/python bench/egress_micro.py
 Prints nanoseconds per operation, the best of several timeit repeats. The
 common case is a client that keeps up: its egress queues are empty, and every
 message is enqueued and drained straight away.
