@@ -6,13 +6,21 @@ from collections.abc import Mapping
 
 from wiremq.config.registry import Parameter, Registry, Value
 
+DESTINATION_GROUP = "Destination"
+
 
 class Settings:
-    """Typed, validated parameter values, read as ``settings.get("Group", "name")``."""
+    """Typed, validated parameter values, read as ``settings.get("Group", "name")``.
+
+    Parameters of the ``Destination`` group are defaults that single destinations
+    may override (``<Destination name="/queue/x" maxttl="5000"/>``); read them
+    with ``for_destination``.
+    """
 
     def __init__(self, registry: Registry, values: Mapping[str, Value] | None = None) -> None:
         self.registry = registry
         self._values: dict[str, Value] = {p.key: p.default for p in registry}
+        self.destinations: dict[str, dict[str, Value]] = {}
         for key, value in (values or {}).items():
             self.set(key, value)
 
@@ -44,6 +52,19 @@ class Settings:
         param = self._param(group, name)
         param.check(value)
         self._values[param.key] = value
+
+    def set_for_destination(self, destination: str, name: str, value: Value) -> None:
+        """Override a ``Destination`` parameter for one destination; the value is checked."""
+        param = self._param(DESTINATION_GROUP, name)
+        param.check(value)
+        self.destinations.setdefault(destination, {})[param.name] = value
+
+    def for_destination(self, destination: str, name: str) -> Value:
+        """A ``Destination`` parameter as it applies to ``destination``."""
+        override = self.destinations.get(destination)
+        if override is not None and name in override:
+            return override[name]
+        return self.get(DESTINATION_GROUP, name)
 
     def items(self) -> list[tuple[str, Value]]:
         return list(self._values.items())

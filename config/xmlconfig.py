@@ -17,7 +17,7 @@ from xml.sax.saxutils import quoteattr
 
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.registry import Registry, Value
-from wiremq.config.settings import Settings
+from wiremq.config.settings import DESTINATION_GROUP, Settings
 
 ROOT = "wiremq"
 DOMAINS = ("p2p", "pubsub")
@@ -141,14 +141,24 @@ def _read_group(element: _Element, where: str, settings: Settings, registry: Reg
         )
     if element.children:
         raise ConfigError(where, f"<{group}> takes its parameters as attributes, not elements")
-    for name, text in element.attrs.items():
+    attrs = dict(element.attrs)
+    destination = attrs.pop("name", None) if group == DESTINATION_GROUP else None
+    if destination is not None and not destination.startswith(("/queue/", "/topic/")):
+        raise ConfigError(
+            where, f"<Destination name={destination!r}>: not /queue/NAME or /topic/NAME"
+        )
+    for name, text in attrs.items():
         param = registry.get(group, name)
         if param is None:
             raise ConfigError(
                 where, "unknown parameter; " + registry.suggest(group, name), f"{group}.{name}"
             )
         try:
-            settings.set(param.key, param.parse(text))
+            value = param.parse(text)
+            if destination is None:
+                settings.set(param.key, value)
+            else:
+                settings.set_for_destination(destination, param.name, value)
         except ValueError as error:
             raise ConfigError(where, str(error), param.key) from None
 
@@ -191,6 +201,9 @@ def render_config(settings: Settings, pipelines: dict[str, list[ModuleSpec]] | N
             f"{p.name}={quoteattr(_text(settings.get(group, p.name)))}" for p in params
         )
         lines.append(f"  <{group}\n    {attrs}/>")
+    for destination, overrides in settings.destinations.items():
+        attrs = " ".join(f"{k}={quoteattr(_text(v))}" for k, v in overrides.items())
+        lines.append(f"  <{DESTINATION_GROUP} name={quoteattr(destination)} {attrs}/>")
     lines.append(f"</{ROOT}>")
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,9 @@
 """The broker side of one client connection: its subscriptions, acks and transactions.
 
 It is the ``SessionHandler`` of the connection's STOMP session: the session
-validates frames, this turns them into pipeline work.
+validates frames, this turns them into pipeline work. It counts the work of
+this client still in progress (messages in the pipeline, acknowledgements not
+yet committed to a store), so that DISCONNECT and ERROR wait for it.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from functools import partial
 import structlog
 
 from wiremq.modules.broker import Broker
+from wiremq.modules.destinations import Topic
 from wiremq.modules.egress import Egress
+from wiremq.modules.expiry import effective_expiry
 from wiremq.modules.message import Message
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 from wiremq.modules.stomp.session import SessionSettings, StompSession
 from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.client")
+
+DURABLE_NAME = "activemq.subscriptionName"
 
 
 class ClientConnection:
@@ -36,21 +42,24 @@ class ClientConnection:
         self.peer = peer
         self.egress = egress
         self.session = StompSession(self, egress, clock, broker.next_session_id(), settings)
+        self.client_id = ""
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[int, Subscription] = {}
         self._numbers = 0
-        self.inflight = 0  # messages of this client still in the pipeline
+        self.inflight = 0  # this client's work still in progress
         self._on_idle: Callable[[], None] | None = None
         broker.clients.add(self)
 
     # -- SessionHandler ----------------------------------------------------------------
 
     def on_connect(self, frame: Frame) -> None:
+        self.client_id = frame.headers.get("client-id", "")
         log.info(
             "client.connected",
             session=self.session.session_id,
             peer=self.peer,
             login=frame.headers.get("login"),
+            client_id=self.client_id or None,
         )
 
     def on_send(self, frame: Frame, destination: str) -> None:
@@ -59,6 +68,12 @@ class ClientConnection:
         transaction = headers.get("transaction")
         if transaction is not None:
             self.broker.transactions.check(self, transaction, target.domain)
+        expires = 0
+        header = headers.get("expires")
+        if header is not None or target.max_ttl:
+            expires = effective_expiry(header, self.broker.runtime.now_ms(), target.max_ttl)
+            if expires and header != str(expires):
+                headers["expires"] = str(expires)
         message = Message(
             self.broker.next_message_id(),
             destination,
@@ -67,6 +82,7 @@ class ClientConnection:
             receipt=headers.get("receipt"),
             transaction=transaction,
             origin=self,
+            expires=expires,
         )
         message.target = target
         self.inflight += 1
@@ -74,9 +90,17 @@ class ClientConnection:
 
     def message_completed(self, message: Message) -> None:
         """The pipeline is done with a message this client sent."""
+        self._done(message.receipt)
+
+    def message_refused(self, message: Message, reason: str) -> None:
+        """The server could not take a message: the client is told which one."""
+        self._done(None)
+        self.session.fail(ProtocolError("message not accepted", reason, receipt_id=message.receipt))
+
+    def _done(self, receipt: str | None) -> None:
         self.inflight -= 1
-        if message.receipt is not None:
-            self.session.send_receipt(message.receipt)
+        if receipt is not None:
+            self.session.send_receipt(receipt)
         if not self.inflight and self._on_idle is not None:
             action, self._on_idle = self._on_idle, None
             action()
@@ -87,30 +111,105 @@ class ClientConnection:
                 "duplicate subscription", f"subscription id {sub_id!r} is already in use"
             )
         target = self.broker.destination(destination)
+        durable_key = self._durable_key(frame, sub_id, target)
         self._numbers += 1
         version = self.session.version or "1.2"
-        subscription = Subscription(sub_id, self._numbers, target, ack_mode, self.egress, version)
+        subscription = Subscription(
+            sub_id, self._numbers, target, ack_mode, self.egress, version, durable_key
+        )
         self.subscriptions[sub_id] = subscription
         self._by_number[self._numbers] = subscription
+        if durable_key is not None:
+            self.broker.active_durables[durable_key] = subscription
         target.subscribe(subscription)
 
-    def on_unsubscribe(self, frame: Frame, sub_id: str) -> None:
-        subscription = self.subscriptions.pop(sub_id, None)
-        if subscription is None:
-            raise ProtocolError("unknown subscription", f"no subscription with id {sub_id!r}")
-        del self._by_number[subscription.number]
-        subscription.destination.unsubscribe(subscription)
+    def _durable_key(self, frame: Frame, sub_id: str, target: object) -> tuple[str, str] | None:
+        """(client id, name) if the SUBSCRIBE asks for a durable subscription.
 
-    def on_ack(self, frame: Frame, nack: bool) -> None:
+        Accepted spellings: ``activemq.subscriptionName`` (with CONNECT's
+        ``client-id``), or ``durable:true`` / ``persistent:true`` (named by the
+        subscription id, scoped by ``client-id`` when there is one).
+        """
+        headers = frame.headers
+        name = headers.get(DURABLE_NAME)
+        if name is None and "true" in (headers.get("durable"), headers.get("persistent")):
+            name = frame.headers.get("id") or sub_id
+        if name is None:
+            return None
+        if not isinstance(target, Topic):
+            raise ProtocolError("not a topic", "durable subscriptions are made on topics")
+        if self.broker.persistence is None:
+            raise ProtocolError("durable subscriptions unavailable", "no persistent store")
+        if DURABLE_NAME in headers and not self.client_id:
+            raise ProtocolError(
+                "missing client-id", "a durable subscription needs client-id on CONNECT"
+            )
+        key = (self.client_id, name)
+        if key in self.broker.active_durables:
+            raise ProtocolError(
+                "durable subscription in use",
+                f"durable subscription {name!r} of client {self.client_id!r} is already active",
+            )
+        return key
+
+    def on_unsubscribe(self, frame: Frame, sub_id: str) -> None:
+        headers = frame.headers
+        remove_durable = DURABLE_NAME in headers or "true" in (
+            headers.get("durable"),
+            headers.get("persistent"),
+        )
+        subscription = self.subscriptions.pop(sub_id, None)
+        if subscription is None and not remove_durable:
+            raise ProtocolError("unknown subscription", f"no subscription with id {sub_id!r}")
+        key = (self.client_id, headers.get(DURABLE_NAME) or sub_id)
+        if subscription is not None:
+            self._detach(subscription)
+            key = subscription.durable_key or key
+        if remove_durable:
+            self._remove_durable(key)
+
+    def _remove_durable(self, key: tuple[str, str]) -> None:
+        persistence = self.broker.persistence
+        if persistence is None:
+            return
+
+        def remove() -> str:
+            found = persistence.topics.subscription(*key)
+            if found is None:
+                return ""
+            persistence.topics.unsubscribe(*key)
+            return found.topic
+
+        def done(name: str) -> None:
+            if name:
+                persistence.durable_topics[name] -= 1
+                log.info("durable.removed", client_id=key[0], name=key[1], topic=name)
+
+        persistence.topic_worker.submit(
+            remove, done, lambda error: log.error("durable.remove_failed", error=str(error))
+        )
+
+    def on_ack(self, frame: Frame, nack: bool) -> bool:
         subscription, message_id = self._find_delivery(frame)
         requeue = frame.headers.get("requeue", "true") != "false"
         action = partial(self._acknowledge, subscription, message_id, nack, requeue)
         transaction = frame.headers.get("transaction")
-        if transaction is None:
-            action()
-        else:
+        if transaction is not None:
             self.broker.transactions.check(self, transaction, subscription.destination.domain)
             self.broker.transactions.hold(self, transaction, action)
+            return True
+        if not action():
+            return True
+        persistence = self.broker.persistence
+        assert persistence is not None
+        batches = (
+            persistence.removals
+            if subscription.durable_key is None
+            else (persistence.acknowledgements)
+        )
+        self.inflight += 1
+        batches.when_committed(partial(self._done, frame.headers.get("receipt")))
+        return False
 
     def on_transaction(self, frame: Frame, transaction: str) -> None:
         manager = self.broker.transactions
@@ -152,19 +251,29 @@ class ClientConnection:
 
     def _acknowledge(
         self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
-    ) -> None:
+    ) -> bool:
+        """Apply an ACK/NACK; True if it changed a persistent store."""
         if subscription.unacked is None or message_id not in subscription.unacked:
-            return  # already covered by an earlier cumulative ACK, or unsubscribed
+            return False  # already covered by an earlier cumulative ACK, or unsubscribed
         messages = subscription.take_acknowledged(message_id)
+        destination = subscription.destination
         if nack:
-            subscription.destination.rejected(messages, requeue)
+            destination.rejected(messages, requeue)
+            return not requeue and any(m.store_seq for m in messages)
+        destination.acknowledged(subscription, messages)
+        return any(m.store_seq for m in messages)
+
+    def _detach(self, subscription: Subscription) -> None:
+        del self._by_number[subscription.number]
+        if subscription.durable_key is not None:
+            self.broker.active_durables.pop(subscription.durable_key, None)
+        subscription.destination.unsubscribe(subscription)
 
     def connection_lost(self) -> None:
         """The socket closed: give back unacknowledged messages and drop transactions."""
-        for subscription in self.subscriptions.values():
-            subscription.destination.unsubscribe(subscription)
+        for subscription in list(self.subscriptions.values()):
+            self._detach(subscription)
         self.subscriptions.clear()
-        self._by_number.clear()
         self.broker.transactions.abort_all(self)
         self.broker.clients.discard(self)
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.stomp.codec import escape
+from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -27,6 +28,7 @@ class MessageOrigin(Protocol):
     """The client connection a message came from, told when the pipeline is done with it."""
 
     def message_completed(self, message: Message) -> None: ...
+    def message_refused(self, message: Message, reason: str) -> None: ...
 
 
 class Message:
@@ -38,6 +40,9 @@ class Message:
         "headers",
         "body",
         "persistent",
+        "expires",
+        "store_seq",
+        "arrival",
         "transaction",
         "receipt",
         "origin",
@@ -57,12 +62,16 @@ class Message:
         receipt: str | None = None,
         transaction: str | None = None,
         origin: MessageOrigin | None = None,
+        expires: int = 0,
     ) -> None:
         self.message_id = message_id
         self.destination = destination
         self.headers = headers  # as sent, including the frame-only ones
         self.body = body
         self.persistent = headers.get("persistent") == "true"
+        self.expires = expires  # ms since the epoch; 0 = never
+        self.store_seq = 0  # position in its persistent store, once stored
+        self.arrival = 0  # order of arrival in its queue, across delivery modes
         self.receipt = receipt
         self.transaction = transaction
         self.origin = origin
@@ -93,6 +102,37 @@ class Message:
         tail = "\n".join(lines).encode() + self.body + b"\0"
         self._wire[flavour] = tail
         return tail
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires != 0 and self.expires <= now_ms
+
+    def to_stored(self, now_ms: int) -> StoredMessage:
+        """The message as a persistent store keeps it."""
+        text = self.headers.get("priority", "")
+        priority = int(text) if text.isascii() and text.isdigit() and int(text) <= 9 else 4
+        return StoredMessage(
+            self.message_id,
+            self.destination,
+            tuple(self.user_headers),
+            self.body,
+            priority=priority,
+            expires=self.expires,
+            timestamp=now_ms,
+        )
+
+    @classmethod
+    def from_stored(cls, stored: StoredMessage, seq: int) -> Message:
+        """A message read back from a persistent store."""
+        message = cls(
+            stored.message_id,
+            stored.destination,
+            dict(stored.headers),
+            stored.body,
+            expires=stored.expires,
+        )
+        message.persistent = True
+        message.store_seq = seq
+        return message
 
     def mark_redelivered(self) -> None:
         """Flag the message for its next delivery; its cached wire form changes."""

@@ -12,13 +12,13 @@ receipt), so a module never deals with receipts itself.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import structlog
 
 from wiremq.modules.message import Message
+from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
     from wiremq.config.settings import Settings
@@ -45,6 +45,14 @@ def release(message: Message) -> None:
         origin.message_completed(message)
 
 
+def refuse(message: Message, reason: str) -> None:
+    """Tell the message's origin connection that the server could not take the message."""
+    origin = message.origin
+    if origin is not None:
+        message.origin = None
+        origin.message_refused(message, reason)
+
+
 class Terminal:
     """The end of every chain."""
 
@@ -54,17 +62,17 @@ class Terminal:
 
 @dataclass
 class ModuleContext:
-    """What a module may use: the broker, the settings, and a way to run work later.
-
-    ``call_soon`` runs a callable on a later turn of the event loop, after which
-    queued frames are written; modules never import the event loop themselves.
-    """
+    """What a module may use: the broker (and its runtime: timers, workers), the
+    settings, and the domain of its chain. Modules never import the event loop."""
 
     broker: Broker
     settings: Settings
     domain: str
-    call_soon: Callable[[Callable[[], None]], None]
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.broker.runtime
 
     def discard(self, message: Message, reason: str) -> None:
         """Drop a message on purpose; it is logged and its origin released."""

@@ -35,7 +35,7 @@ class PrioQueueModule(PipelineModule):
             self.drain()
         elif not self._scheduled:
             self._scheduled = True
-            self.context.call_soon(self._scheduled_drain)
+            self.context.runtime.call_soon(self._scheduled_drain)
 
     def _scheduled_drain(self) -> None:
         self._scheduled = False

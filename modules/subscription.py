@@ -31,6 +31,9 @@ class Subscription:
         "head",
         "unacked",
         "ack_suffix",
+        "durable_key",
+        "replaying",
+        "acked_position",
     )
 
     def __init__(
@@ -41,6 +44,7 @@ class Subscription:
         ack_mode: str,
         egress: Egress,
         version: str,
+        durable_key: tuple[str, str] | None = None,
     ) -> None:
         self.sub_id = sub_id
         self.number = number
@@ -54,12 +58,17 @@ class Subscription:
         self.ack_suffix = (
             f"@{number}\n".encode() if version == "1.2" and ack_mode != "auto" else None
         )
+        self.durable_key = durable_key  # (client id, name) of a durable topic subscription
+        self.replaying = durable_key is not None  # catching up from the store first
+        self.acked_position = 0  # a durable subscriber's acknowledged store position
 
     def deliver(self, message: Message) -> None:
         tail = message.wire_tail(self.flavour)
         unacked = self.unacked
         if unacked is None:
             self.egress.push_pair(self.head, tail)
+            if message.store_seq:  # auto mode: taken is acknowledged
+                self.destination.acknowledged(self, [message])
             return
         unacked[message.message_id] = message
         if self.ack_suffix is None:

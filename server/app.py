@@ -15,17 +15,25 @@ from twisted.internet.interfaces import IListeningPort
 from wiremq.config.xmlconfig import DOMAINS, ServerConfig
 from wiremq.modules.broker import Broker
 from wiremq.modules.catalog import build_chain
+from wiremq.modules.cleanup import Periodic, StoreCleanup, SweepStep
 from wiremq.modules.egress import Outbox
+from wiremq.modules.message import Message
+from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext
 from wiremq.modules.stomp.codec import DecoderLimits
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.server.protocol import StompFactory, StompProtocol
+from wiremq.server.runtime import TwistedRuntime
+from wiremq.server.stores import OpenStores
+from wiremq.stores.records import StoredMessage
+from wiremq.stores.results import SweepResult
+from wiremq.stores.topicstore import TopicStore
 
 log = structlog.get_logger("wiremq.server")
 
 
 class WiremqServer:
-    """One message server: a broker, its pipelines and its STOMP listener."""
+    """One message server: a broker, its pipelines, its stores and its STOMP listener."""
 
     def __init__(self, config: ServerConfig, reactor: Any = None) -> None:
         if reactor is None:
@@ -36,10 +44,12 @@ class WiremqServer:
         self.config = config
         self.settings = settings = config.settings
         self.clock: Callable[[], float] = time.monotonic
-        self.broker = Broker(settings)
         self.outbox = Outbox()
+        self.runtime = TwistedRuntime(reactor, self.outbox)
         self.connections: set[StompProtocol] = set()
         self.listening: IListeningPort | None = None
+        self.stores: OpenStores | None = None
+        self.cleanups: list[StoreCleanup | Periodic] = []
         self.session_settings = SessionSettings(
             heartbeat_send_ms=settings.get_int("StompListener", "heartbeatsend"),
             heartbeat_receive_ms=settings.get_int("StompListener", "heartbeatreceive"),
@@ -50,20 +60,7 @@ class WiremqServer:
                 max_header_bytes=settings.get_int("StompListener", "maxheaderlength"),
             ),
         )
-        for domain in DOMAINS:
-            self.broker.chains[domain] = build_chain(
-                domain,
-                config.pipelines[domain],
-                lambda domain=domain: ModuleContext(self.broker, settings, domain, self.call_soon),
-            )
-
-    def call_soon(self, function: Callable[[], None]) -> None:
-        """Run ``function`` on the next reactor turn, then write what it queued."""
-        self.reactor.callLater(0, self._run_and_flush, function)
-
-    def _run_and_flush(self, function: Callable[[], None]) -> None:
-        function()
-        self.outbox.flush()
+        self.broker = Broker(settings, self.runtime)
 
     @property
     def port(self) -> int:
@@ -71,25 +68,92 @@ class WiremqServer:
         return int(cast(IPv4Address, self.listening.getHost()).port)
 
     def start(self) -> int:
-        """Create the data folder and start listening; returns the bound port."""
-        data = Path(self.settings.get_str("Server", "datadir"))
+        """Open the stores, restore what they hold, start listening; returns the bound port."""
+        settings = self.settings
+        data = Path(settings.get_str("Server", "datadir"))
         data.mkdir(parents=True, exist_ok=True)
-        self.listening = self.reactor.listenTCP(
-            self.settings.get_int("StompListener", "port"),
-            StompFactory(self),
-            interface=self.settings.get_str("StompListener", "host"),
-        )
+        self.stores = OpenStores(settings)
+        try:
+            persistence = Persistence(
+                self.stores.queues, self.stores.topics, self.runtime, settings
+            )
+            self.broker.persistence = persistence
+            for domain in DOMAINS:
+                self.broker.chains[domain] = build_chain(
+                    domain,
+                    self.config.pipelines[domain],
+                    lambda domain=domain: ModuleContext(self.broker, settings, domain),
+                )
+            self.broker.restore()
+            self.listening = self.reactor.listenTCP(
+                settings.get_int("StompListener", "port"),
+                StompFactory(self),
+                interface=settings.get_str("StompListener", "host"),
+            )
+        except BaseException:
+            self.runtime.stop_threads()
+            self.stores.close()
+            self.stores = None
+            raise
+        self._start_cleanups(persistence)
         log.info(
             "server.listening",
-            host=self.settings.get_str("StompListener", "host"),
+            host=settings.get_str("StompListener", "host"),
             port=self.port,
             data=str(data.resolve()),
             config=self.config.path or "defaults",
         )
         return self.port
 
-    def stop(self) -> defer.Deferred[None]:
-        """Stop listening and close every connection; fires when all are closed."""
+    def _start_cleanups(self, persistence: Persistence) -> None:
+        settings, runtime, broker = self.settings, self.runtime, self.broker
+
+        def expired(destination_of_each: list[StoredMessage]) -> None:
+            by_destination: dict[str, list[Message]] = {}
+            for stored in destination_of_each:
+                message = Message.from_stored(stored, 0)
+                by_destination.setdefault(stored.destination, []).append(message)
+            for destination, messages in by_destination.items():
+                broker.expiry.expired(destination, messages)
+
+        def collected(removed: list[StoredMessage]) -> None:
+            log.debug("topics.collected", messages=len(removed))
+
+        queues, topics = persistence.queues, persistence.topics
+        self.cleanups = [
+            StoreCleanup(
+                "persqueue",
+                runtime,
+                persistence.queue_worker,
+                settings,
+                "PersQueueFileStore",
+                [(_sweep(queues.sweep_expired), expired)],
+            ),
+            StoreCleanup(
+                "topics",
+                runtime,
+                persistence.topic_worker,
+                settings,
+                "TopicFileStore",
+                [(_sweep(topics.sweep_expired), expired), (_collect(topics), collected)],
+            ),
+            Periodic(
+                runtime,
+                lambda: settings.get_float("VolQueueStoreImpl", "cleanupinterval"),
+                broker.sweep_volatile,
+            ),
+            Periodic(
+                runtime,
+                lambda: settings.get_float("DestinationManager", "qlbcleanupinterval"),
+                broker.sweep_live_buffers,
+            ),
+        ]
+        for cleanup in self.cleanups:
+            cleanup.start()
+
+    @defer.inlineCallbacks
+    def stop(self) -> Any:
+        """Stop listening, close every connection, let store work finish, close the stores."""
         waits: list[defer.Deferred[Any]] = []
         for connection in list(self.connections):
             connection.on_lost = defer.Deferred()
@@ -98,4 +162,23 @@ class WiremqServer:
         log.info("server.stopping", connections=len(waits))
         if self.listening is not None:
             waits.append(defer.maybeDeferred(self.listening.stopListening))
-        return defer.DeferredList(waits).addCallback(lambda _: None)
+        yield defer.DeferredList(waits)
+        for cleanup in self.cleanups:
+            cleanup.stop()
+        yield self.runtime.stop_workers()
+        if self.stores is not None:
+            self.stores.close()
+            self.stores = None
+        log.info("server.stopped")
+
+
+def _sweep(sweep_expired: Callable[..., SweepResult]) -> SweepStep:
+    return lambda now_ms, size, seconds: sweep_expired(
+        now_ms, max_messages=size, max_seconds=seconds, transaction_size=size
+    )
+
+
+def _collect(topics: TopicStore) -> SweepStep:
+    return lambda now_ms, size, seconds: topics.collect_garbage(
+        max_messages=size, max_seconds=seconds, transaction_size=size
+    )

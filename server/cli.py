@@ -97,6 +97,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from wiremq.server.app import WiremqServer
     from wiremq.server.logging import configure_logging
+    from wiremq.stores.errors import StoreError
 
     settings = config.settings
     configure_logging(
@@ -108,6 +109,9 @@ def serve(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"wiremq: configuration error: {error}", file=sys.stderr)
         return 2
+    except StoreError as error:
+        print(f"wiremq: cannot open the stores: {error}", file=sys.stderr)
+        return 1
     except CannotListenError as error:
         print(f"wiremq: cannot listen: {error.socketError}", file=sys.stderr)
         return 1

@@ -52,6 +52,15 @@ class PersQueueStore(LogStore[LogSet]):
         batch = {queue: list(seqs) for queue, seqs in positions.items()}
         return len(self._remove(batch, f"remove from {len(batch)} queues"))
 
+    def expire(self, positions: Mapping[str, Iterable[int]]) -> list[StoredMessage]:
+        """Remove expired messages found by the server; returns those that were still there.
+
+        The cleanup sweep may have removed some already: each expired message is
+        reported by exactly one of the two.
+        """
+        batch = {queue: list(seqs) for queue, seqs in positions.items()}
+        return self._remove(batch, f"expire from {len(batch)} queues")
+
     def read(
         self,
         queue: str,

@@ -7,7 +7,7 @@ admin console read them without a scan.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
 
@@ -57,6 +57,30 @@ class VolQueueStore(Generic[M]):
         self.total_messages -= 1
         self.total_bytes -= message.size
         return message
+
+    def peek(self, queue: str) -> M | None:
+        """The oldest message of ``queue`` without removing it."""
+        fifo = self._queues.get(queue)
+        return fifo[0] if fifo else None
+
+    def remove_if(self, queue: str, condition: Callable[[M], bool]) -> list[M]:
+        """Remove and return the messages of ``queue`` that meet ``condition`` (a cleanup pass)."""
+        fifo = self._queues.get(queue)
+        if not fifo:
+            return []
+        removed = [m for m in fifo if condition(m)]
+        if removed:
+            kept = [m for m in fifo if not condition(m)]
+            fifo.clear()
+            fifo.extend(kept)
+            size = sum(m.size for m in removed)
+            self._bytes[queue] -= size
+            self.total_messages -= len(removed)
+            self.total_bytes -= size
+        return removed
+
+    def queues(self) -> list[str]:
+        return list(self._queues)
 
     def count(self, queue: str) -> int:
         fifo = self._queues.get(queue)

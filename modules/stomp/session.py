@@ -39,7 +39,9 @@ class SessionHandler(Protocol):
     def on_send(self, frame: Frame, destination: str) -> None: ...
     def on_subscribe(self, frame: Frame, sub_id: str, destination: str, ack_mode: str) -> None: ...
     def on_unsubscribe(self, frame: Frame, sub_id: str) -> None: ...
-    def on_ack(self, frame: Frame, nack: bool) -> None: ...
+    def on_ack(self, frame: Frame, nack: bool) -> bool:
+        """Apply an ACK/NACK; False when the handler sends the receipt itself, later."""
+
     def on_transaction(self, frame: Frame, transaction: str) -> None: ...
     def when_idle(self, action: Callable[[], None]) -> None:
         """Run ``action`` once every message this client sent has left the pipeline."""
@@ -271,15 +273,15 @@ class StompSession:
 
     def _ack(self, frame: Frame) -> None:
         self._require_ack_headers(frame)
-        self.handler.on_ack(frame, nack=False)
-        self._receipt(frame)
+        if self.handler.on_ack(frame, nack=False):
+            self._receipt(frame)
 
     def _nack(self, frame: Frame) -> None:
         if self.version == "1.0":
             raise ProtocolError("unknown command", "NACK is not part of STOMP 1.0")
         self._require_ack_headers(frame)
-        self.handler.on_ack(frame, nack=True)
-        self._receipt(frame)
+        if self.handler.on_ack(frame, nack=True):
+            self._receipt(frame)
 
     def _require_ack_headers(self, frame: Frame) -> None:
         if self.version == "1.2":

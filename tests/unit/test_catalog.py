@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec
@@ -28,8 +29,7 @@ class NotAModule:
 @pytest.fixture
 def context():
     settings = Settings(REGISTRY)
-    scheduled = []
-    context = ModuleContext(Broker(settings), settings, "p2p", call_soon=scheduled.append)
+    context = ModuleContext(Broker(settings, FakeRuntime()), settings, "p2p")
     return lambda: context
 
 

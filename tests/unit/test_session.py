@@ -40,6 +40,7 @@ class RecordingHandler:
 
     def on_ack(self, frame, nack):
         self._record("nack" if nack else "ack", frame.headers)
+        return True  # acknowledged at once: the session sends the receipt
 
     def on_transaction(self, frame, transaction):
         self._record(frame.command.lower(), transaction)

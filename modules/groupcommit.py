@@ -1,0 +1,118 @@
+"""Group commit: many small store operations, one blocking commit.
+
+ZODB costs far more per commit than per message, so persistent messages (and
+acknowledgement removals) are collected into batches. A batch closes when it
+holds ``max_items`` items or ``max_bytes`` bytes, when its oldest item has
+waited ``max_delay`` seconds, or when the previous commit finishes; an idle
+worker takes what the current turn of the event loop collected. With
+``max_delay`` 0 there is no batching: every item is committed on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from wiremq.modules.runtime import Runtime, Timer, Worker
+
+I = TypeVar("I")  # noqa: E741 - an item
+R = TypeVar("R")  # a commit's result
+
+
+class GroupCommit(Generic[I, R]):
+    """Collects items and commits them in batches on one worker."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        worker: Worker,
+        commit: Callable[[list[I]], R],
+        committed: Callable[[list[I], R], None],
+        failed: Callable[[list[I], Exception], None],
+        *,
+        size: Callable[[I], int],
+        max_items: int,
+        max_bytes: int,
+        max_delay: float,
+    ) -> None:
+        self.runtime = runtime
+        self.worker = worker
+        self._commit = commit
+        self._committed = committed
+        self._failed = failed
+        self._size = size
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.max_delay = max_delay
+        self._batch: list[I] = []
+        self._bytes = 0
+        self._running = 0  # batches handed to the worker and not finished
+        self._timer: Timer | None = None
+        self._close_scheduled = False
+        self._waiters: list[tuple[int, Callable[[], None]]] = []  # (batches to wait for, call)
+        self.batches = 0  # committed batches, for statistics
+        self.items = 0  # committed items
+
+    @property
+    def idle(self) -> bool:
+        return not self._batch and not self._running
+
+    def add(self, item: I) -> None:
+        self._batch.append(item)
+        self._bytes += self._size(item)
+        if (
+            not self.max_delay
+            or len(self._batch) >= self.max_items
+            or self._bytes >= self.max_bytes
+        ):
+            self._close()
+        elif not self._running:
+            if not self._close_scheduled:
+                self._close_scheduled = True
+                self.runtime.call_soon(self._scheduled_close)
+        elif self._timer is None:
+            self._timer = self.runtime.call_later(self.max_delay, self._close)
+
+    def when_committed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything added so far is committed (or failed)."""
+        pending = self._running + (1 if self._batch else 0)
+        if not pending:
+            callback()
+        else:
+            self._waiters.append((pending, callback))
+
+    def _scheduled_close(self) -> None:
+        self._close_scheduled = False
+        if not self._running:
+            self._close()
+
+    def _close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._batch:
+            return
+        batch, self._batch, self._bytes = self._batch, [], 0
+        self._running += 1
+        commit = self._commit
+        self.worker.submit(
+            lambda: commit(batch),
+            lambda result: self._finish(batch, result, None),
+            lambda error: self._finish(batch, None, error),
+        )
+
+    def _finish(self, batch: list[I], result: R | None, error: Exception | None) -> None:
+        self._running -= 1
+        if error is None:
+            self.batches += 1
+            self.items += len(batch)
+            self._committed(batch, result)  # type: ignore[arg-type]
+        else:
+            self._failed(batch, error)
+        if self._waiters:
+            due = [call for left, call in self._waiters if left == 1]
+            self._waiters = [(left - 1, call) for left, call in self._waiters if left > 1]
+            for call in due:
+                call()
+        if self._batch and not self._running:
+            self._close()

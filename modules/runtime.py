@@ -1,0 +1,48 @@
+"""What plain-Python modules need from the event loop, as small interfaces.
+
+The server implements them on Twisted (``server/runtime.py``); tests can
+implement them on a fake clock. Modules never import the event loop itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Worker(Protocol):
+    """Runs blocking calls (store reads and commits) one at a time, off the event loop.
+
+    ``done`` or ``failed`` is then called on the event-loop thread, in the order
+    the calls were submitted. One worker per store: ZODB writers of one store
+    must not run concurrently.
+    """
+
+    def submit(
+        self,
+        call: Callable[[], T],
+        done: Callable[[T], None],
+        failed: Callable[[Exception], None],
+    ) -> None: ...
+
+
+class Runtime(Protocol):
+    """Timers and the wall clock."""
+
+    def call_soon(self, function: Callable[[], None]) -> None:
+        """Run on a later turn of the event loop (and write what it queued)."""
+
+    def call_later(self, delay: float, function: Callable[[], None]) -> Timer:
+        """Run after ``delay`` seconds."""
+
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds since the epoch (message expiry uses it)."""
+
+    def worker(self, name: str) -> Worker:
+        """The worker thread named ``name``, created on first use."""

@@ -1,0 +1,117 @@
+"""The event loop as the plain-Python modules see it: timers, the wall clock, worker threads.
+
+Implements ``wiremq.modules.runtime.Runtime`` on a Twisted reactor. After every
+callback it runs on the reactor's behalf it flushes the outbox, so frames
+queued by timers and store callbacks are written in one burst.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall
+from twisted.python.threadpool import ThreadPool
+
+from wiremq.modules.egress import Outbox
+
+T = TypeVar("T")
+
+
+class _Timer:
+    """A delayed call whose ``cancel`` is harmless after it ran."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: IDelayedCall) -> None:
+        self.call = call
+
+    def cancel(self) -> None:
+        if self.call.active():
+            self.call.cancel()
+
+
+class ThreadWorker:
+    """One dedicated thread running blocking calls in order; results return on the reactor."""
+
+    def __init__(self, name: str, runtime: TwistedRuntime) -> None:
+        self.name = name
+        self.runtime = runtime
+        self.pool = ThreadPool(minthreads=1, maxthreads=1, name=f"wiremq-{name}")
+        self.pool.start()
+        self.pending = 0
+
+    def submit(
+        self,
+        call: Callable[[], T],
+        done: Callable[[T], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        self.pending += 1
+        reactor = self.runtime.reactor
+
+        def finished(success: bool, result: Any) -> None:
+            reactor.callFromThread(self._deliver, success, result, done, failed)
+
+        self.pool.callInThreadWithCallback(finished, call)
+
+    def _deliver(
+        self,
+        success: bool,
+        result: Any,
+        done: Callable[[Any], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        self.pending -= 1
+        if success:
+            done(result)
+        else:
+            failed(result.value)
+        self.runtime.outbox.flush()
+
+    def drained(self) -> defer.Deferred[None]:
+        """Fires once every call submitted so far has finished."""
+        finished: defer.Deferred[None] = defer.Deferred()
+        self.submit(lambda: None, lambda _: finished.callback(None), finished.errback)
+        return finished
+
+
+class TwistedRuntime:
+    def __init__(self, reactor: Any, outbox: Outbox) -> None:
+        self.reactor = reactor
+        self.outbox = outbox
+        self.workers: dict[str, ThreadWorker] = {}
+
+    def call_soon(self, function: Callable[[], None]) -> None:
+        self.reactor.callLater(0, self._run, function)
+
+    def call_later(self, delay: float, function: Callable[[], None]) -> _Timer:
+        return _Timer(self.reactor.callLater(delay, self._run, function))
+
+    def _run(self, function: Callable[[], None]) -> None:
+        function()
+        self.outbox.flush()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def worker(self, name: str) -> ThreadWorker:
+        worker = self.workers.get(name)
+        if worker is None:
+            worker = self.workers[name] = ThreadWorker(name, self)
+        return worker
+
+    @defer.inlineCallbacks
+    def stop_workers(self) -> Any:
+        """Let queued store work finish, then stop the worker threads."""
+        for worker in self.workers.values():
+            yield worker.drained()
+        self.stop_threads()
+
+    def stop_threads(self) -> None:
+        """Stop the worker threads (waiting for the call each one is running)."""
+        for worker in self.workers.values():
+            worker.pool.stop()
+        self.workers.clear()

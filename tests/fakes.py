@@ -1,0 +1,91 @@
+"""A runtime on a fake clock, for testing plain-Python modules without an event loop.
+
+Timers run when the test advances the clock; worker calls queue up and run when
+the test says so (``run_workers``), so the order of events is the test's to choose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FakeTimer:
+    due: float
+    function: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass
+class FakeWorker:
+    """Queues blocking calls; ``run`` executes them in order and delivers their results."""
+
+    calls: list[tuple[Callable[[], Any], Callable[[Any], None], Callable[[Exception], None]]] = (
+        field(default_factory=list)
+    )
+
+    def submit(
+        self,
+        call: Callable[[], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        self.calls.append((call, done, failed))
+
+    def run(self) -> int:
+        """Run every queued call (and calls they queue); returns how many ran."""
+        ran = 0
+        while self.calls:
+            call, done, failed = self.calls.pop(0)
+            try:
+                result = call()
+            except Exception as error:  # a worker reports failures, it does not raise them
+                failed(error)
+            else:
+                done(result)
+            ran += 1
+        return ran
+
+
+@dataclass
+class FakeRuntime:
+    now: float = 1000.0  # seconds; now_ms derives from it
+    soon: list[Callable[[], None]] = field(default_factory=list)
+    timers: list[FakeTimer] = field(default_factory=list)
+    workers: dict[str, FakeWorker] = field(default_factory=dict)
+
+    def call_soon(self, function: Callable[[], None]) -> None:
+        self.soon.append(function)
+
+    def call_later(self, delay: float, function: Callable[[], None]) -> FakeTimer:
+        timer = FakeTimer(self.now + delay, function)
+        self.timers.append(timer)
+        return timer
+
+    def now_ms(self) -> int:
+        return int(self.now * 1000)
+
+    def worker(self, name: str) -> FakeWorker:
+        return self.workers.setdefault(name, FakeWorker())
+
+    def run_soon(self) -> None:
+        while self.soon:
+            self.soon.pop(0)()
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on, running the timers that fall due, in order."""
+        end = self.now + seconds
+        while True:
+            due = [t for t in self.timers if not t.cancelled and t.due <= end]
+            if not due:
+                break
+            timer = min(due, key=lambda t: t.due)
+            self.timers.remove(timer)
+            self.now = max(self.now, timer.due)
+            timer.function()
+        self.now = end
