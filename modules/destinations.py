@@ -85,10 +85,15 @@ class Queue(Destination):
 
     # -- arrival ---------------------------------------------------------------------------
 
-    def store_volatile(self, message: Message) -> None:
-        """Keep a non-persistent message in the VolQueueStore (the storage step)."""
+    def arrived(self, message: Message) -> None:
+        """Number a message as it reaches the storage step, so that messages of both
+        delivery modes waiting together go out in the order they were sent."""
         self._arrivals += 1
         message.arrival = self._arrivals
+
+    def store_volatile(self, message: Message) -> None:
+        """Keep a non-persistent message in the VolQueueStore (the storage step)."""
+        self.arrived(message)
         self.store.append(self.name, message)
 
     def distribute(self, message: Message) -> None:
@@ -104,8 +109,6 @@ class Queue(Destination):
             and self.cache_bytes + message.size <= persistence.queue_cache_limit
             and persistence.cache_bytes + message.size <= persistence.cache_limit
         ):
-            self._arrivals += 1
-            message.arrival = self._arrivals
             self._cache_append(message)
         elif self.backlog_after is None:
             self.backlog_after = message.store_seq - 1  # it, and all after it, stay in the store
@@ -230,8 +233,7 @@ class Queue(Destination):
         self.reading = False
         for seq, stored in batch.messages:
             message = Message.from_stored(stored, seq)
-            self._arrivals += 1
-            message.arrival = self._arrivals
+            self.arrived(message)
             self._cache_append(message)
         if batch.expired and batch.expired_removed:
             self.broker.expiry.expired(

@@ -67,7 +67,11 @@ class StorageModule(PipelineModule):
             if self.buffer is None:
                 refuse(message, "this server has no persistent store")
                 return
-            if isinstance(target, Queue) or self._has_durables(message.destination):
+            if isinstance(target, Queue):
+                target.arrived(message)
+                self.buffer.add(message)
+                return
+            if self._has_durables(message.destination):
                 self.buffer.add(message)
                 return
         elif isinstance(target, Queue):

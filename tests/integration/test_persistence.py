@@ -1,0 +1,152 @@
+"""Persistent messages: stored before their receipt, kept across restarts until acknowledged."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import call_in_reactor
+from tests.integration.clients import RawClient, connect
+
+PERSISTENT = {"persistent": "true"}
+
+
+def _restart(reactor, start_server, server, **overrides):
+    call_in_reactor(reactor, server.stop)
+    return start_server(**overrides)
+
+
+def _fill(port: int, destination: str, bodies: list[str], headers=PERSISTENT) -> None:
+    producer, recorder = connect(port)
+    for i, body in enumerate(bodies):
+        producer.send(destination, body, headers=dict(headers), receipt=f"r{i}")
+    assert recorder.wait_until(lambda: len(recorder.receipts) == len(bodies))
+    producer.disconnect()
+
+
+def _drain(port: int, destination: str, count: int, ack: str = "auto"):
+    consumer, recorder = connect(port)
+    consumer.subscribe(destination, id="1", ack=ack)
+    return consumer, recorder, recorder.wait_for_messages(count)
+
+
+def test_persistent_queue_messages_survive_a_restart_and_volatile_ones_do_not(
+    reactor, start_server
+):
+    server = start_server()
+    _fill(server.port, "/queue/keep", [f"p{i}" for i in range(20)])
+    _fill(server.port, "/queue/keep", ["volatile"], headers={})
+    assert server.broker.persistence.queues.count("/queue/keep") == 20
+    server = _restart(reactor, start_server, server)
+    _, recorder, messages = _drain(server.port, "/queue/keep", 20)
+    assert [m.body for m in messages] == [f"p{i}" for i in range(20)]
+    assert not recorder.wait_until(lambda: len(recorder.messages) > 20, timeout=0.3)
+
+
+def test_acknowledged_messages_do_not_come_back_after_a_restart(reactor, start_server):
+    server = start_server()
+    _fill(server.port, "/queue/acked", [str(i) for i in range(10)])
+    consumer, recorder, messages = _drain(server.port, "/queue/acked", 10, "client-individual")
+    for message in messages[:4]:
+        consumer.ack(message.headers["ack"], receipt=f"a{message.body}")
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 4)
+    assert server.broker.persistence.queues.count("/queue/acked") == 6  # the receipts waited
+    server = _restart(reactor, start_server, server)
+    _, _, again = _drain(server.port, "/queue/acked", 6)
+    assert [m.body for m in again] == ["4", "5", "6", "7", "8", "9"]
+
+
+def test_a_send_receipt_means_the_message_is_in_the_store(server):
+    client = RawClient(server.port)
+    client.connect()
+    for i in range(30):
+        client.send(
+            f"SEND\ndestination:/queue/rcpt\npersistent:true\nreceipt:{i}\n\n{i}\0".encode()
+        )
+        receipt = client.next_frame()
+        assert receipt.headers["receipt-id"] == str(i)
+        assert server.broker.persistence.queues.count("/queue/rcpt") == i + 1
+
+
+def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(start_server):
+    server = start_server(
+        **{
+            "DestinationManager.persqueuebytehighwatermark": "500",
+            "PersQueueFileStore.readmsgamount": "7",
+        }
+    )
+    bodies = [f"{i:04d}" + "x" * 96 for i in range(100)]  # 100 B each: 5 fit in memory
+    _fill(server.port, "/queue/deep", bodies)
+    queue = server.broker.queues["/queue/deep"]
+    assert len(queue.cache) == 5 and queue.backlog_after is not None
+    _, _, messages = _drain(server.port, "/queue/deep", 100)
+    assert [m.body for m in messages] == bodies
+
+
+def test_mixed_delivery_modes_keep_arrival_order(server):
+    producer, recorder = connect(server.port)
+    for i in range(20):
+        headers = PERSISTENT if i % 2 else {}
+        producer.send("/queue/mixed-modes", str(i), headers=dict(headers), receipt=f"r{i}")
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 20)
+    _, _, messages = _drain(server.port, "/queue/mixed-modes", 20)
+    assert [m.body for m in messages] == [str(i) for i in range(20)]
+
+
+@pytest.mark.parametrize("spelling", ["activemq", "durable", "persistent"])
+def test_durable_subscriber_gets_what_was_published_while_it_was_away(
+    reactor, start_server, spelling
+):
+    server = start_server()
+    headers = {
+        "activemq": {"activemq.subscriptionName": "audit"},
+        "durable": {"durable": "true"},
+        "persistent": {"persistent": "true"},
+    }[spelling]
+
+    def subscribe(port):
+        connection, recorder = connect(port, **{"client-id": "c1"})
+        connection.subscribe("/topic/events", id="audit", headers={**headers, "receipt": "s"})
+        assert recorder.wait_until(lambda: "s" in recorder.receipts)
+        return connection, recorder
+
+    connection, recorder = subscribe(server.port)
+    _fill(server.port, "/topic/events", ["live"])
+    assert [m.body for m in recorder.wait_for_messages(1)] == ["live"]
+    connection.disconnect()
+    _fill(server.port, "/topic/events", [f"missed-{i}" for i in range(250)])
+    _fill(server.port, "/topic/events", ["not-persistent"], headers={})
+    server = _restart(reactor, start_server, server)
+    _, recorder = subscribe(server.port)
+    replayed = recorder.wait_for_messages(250)
+    assert [m.body for m in replayed] == [f"missed-{i}" for i in range(250)]
+    _fill(server.port, "/topic/events", ["after"])
+    assert recorder.wait_for_messages(251)[-1].body == "after"
+    assert len(recorder.messages) == 251
+
+
+def test_unsubscribing_a_durable_subscription_removes_it_and_its_backlog(server):
+    connection, recorder = connect(server.port, **{"client-id": "c2"})
+    durable = {"activemq.subscriptionName": "gone"}
+    connection.subscribe("/topic/drop", id="1", headers={**durable, "receipt": "s"})
+    assert recorder.wait_until(lambda: "s" in recorder.receipts)
+    connection.unsubscribe("1", headers={**durable, "receipt": "u"})
+    assert recorder.wait_until(lambda: "u" in recorder.receipts)
+    _fill(server.port, "/topic/drop", ["nobody keeps this"])
+    connection.subscribe("/topic/drop", id="2", headers={**durable, "receipt": "s2"})
+    assert recorder.wait_until(lambda: "s2" in recorder.receipts)
+    assert not recorder.wait_until(lambda: recorder.messages, timeout=0.5)
+    topics = server.broker.persistence.topics
+    assert topics.count("/topic/drop") == 0
+
+
+def test_a_durable_subscription_cannot_be_active_twice(server):
+    first, _ = connect(server.port, **{"client-id": "twice"})
+    first.subscribe("/topic/t2", id="1", headers={"activemq.subscriptionName": "n"})
+    second = RawClient(server.port)
+    second.send(
+        b"CONNECT\naccept-version:1.2\nclient-id:twice\n\n\0"
+        b"SUBSCRIBE\nid:1\ndestination:/topic/t2\nactivemq.subscriptionName:n\n\n\0"
+    )
+    assert second.next_frame().command == "CONNECTED"
+    error = second.next_frame()
+    assert error.headers["message"] == "durable subscription in use"

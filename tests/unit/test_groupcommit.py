@@ -1,0 +1,128 @@
+"""Group commit: when batches close, and what happens on success and failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes import FakeRuntime
+from wiremq.modules.groupcommit import GroupCommit
+
+
+class Log:
+    def __init__(self) -> None:
+        self.commits: list[list[int]] = []
+        self.committed: list[list[int]] = []
+        self.failed: list[list[int]] = []
+        self.fail_next = False
+
+    def commit(self, batch: list[int]) -> int:
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("disk full")
+        self.commits.append(list(batch))
+        return len(batch)
+
+
+def make(max_items=5, max_bytes=1000, max_delay=0.005):
+    runtime = FakeRuntime()
+    worker = runtime.worker("store")
+    log = Log()
+    group = GroupCommit(
+        runtime,
+        worker,
+        log.commit,
+        lambda batch, result: log.committed.append(batch),
+        lambda batch, error: log.failed.append(batch),
+        size=lambda item: item,
+        max_items=max_items,
+        max_bytes=max_bytes,
+        max_delay=max_delay,
+    )
+    return runtime, worker, log, group
+
+
+def test_an_idle_worker_takes_what_one_turn_of_the_loop_collected():
+    runtime, worker, log, group = make()
+    for item in (1, 2, 3):
+        group.add(item)
+    assert worker.calls == []  # nothing handed over before the turn ends
+    runtime.run_soon()
+    worker.run()
+    assert log.commits == [[1, 2, 3]]
+    assert log.committed == [[1, 2, 3]]
+
+
+def test_a_batch_closes_at_max_items_or_max_bytes():
+    runtime, worker, log, group = make(max_items=3, max_bytes=100)
+    for item in (1, 1, 1, 60, 50, 1):
+        group.add(item)
+    assert len(worker.calls) == 2  # both full batches handed over at once
+    worker.run()  # the last item goes when the previous commit finishes
+    assert log.commits == [[1, 1, 1], [60, 50], [1]]
+
+
+def test_items_added_during_a_commit_go_together_when_it_finishes():
+    runtime, worker, log, group = make(max_items=100)
+    group.add(1)
+    runtime.run_soon()  # the first batch goes to the worker
+    for item in (2, 3, 4):
+        group.add(item)  # the commit of [1] is running
+    assert len(worker.calls) == 1
+    worker.run()  # [1] finishes, then [2, 3, 4] is committed at once
+    assert log.commits == [[1], [2, 3, 4]]
+
+
+def test_max_delay_bounds_the_wait_while_the_worker_is_busy():
+    runtime, worker, log, group = make(max_items=100, max_delay=0.005)
+    group.add(1)
+    runtime.run_soon()
+    group.add(2)
+    runtime.advance(0.004)
+    assert len(worker.calls) == 1
+    runtime.advance(0.002)  # the delay passed: the batch is handed over, queued behind [1]
+    assert len(worker.calls) == 2
+    worker.run()
+    assert log.commits == [[1], [2]]
+
+
+def test_max_delay_zero_commits_every_item_alone():
+    runtime, worker, log, group = make(max_delay=0)
+    for item in (1, 2, 3):
+        group.add(item)
+    worker.run()
+    assert log.commits == [[1], [2], [3]]
+
+
+def test_a_failed_commit_reports_its_batch_and_the_next_batch_goes_on():
+    runtime, worker, log, group = make()
+    log.fail_next = True
+    group.add(1)
+    runtime.run_soon()
+    group.add(2)
+    worker.run()
+    assert log.failed == [[1]]
+    assert log.committed == [[2]]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_when_committed_waits_for_everything_added_so_far(busy):
+    runtime, worker, log, group = make(max_items=100)
+    if busy:
+        group.add(1)
+        runtime.run_soon()
+    group.add(2)
+    called = []
+    group.when_committed(lambda: called.append(len(log.commits)))
+    group.add(3)  # added after the call: not waited for, but may share the batch
+    assert called == []
+    runtime.run_soon()
+    worker.run()
+    assert called and called[0] >= (2 if busy else 1)
+    assert [2] in log.commits or [2, 3] in log.commits
+
+
+def test_when_committed_runs_at_once_when_nothing_is_pending():
+    _, _, _, group = make()
+    called = []
+    group.when_committed(lambda: called.append(True))
+    assert called == [True]
