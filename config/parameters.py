@@ -378,6 +378,16 @@ PARAMETERS += [
         maximum=86400.0,
     ),
     Parameter(
+        "DestinationManager",
+        "tlbcleanupinterval",
+        float,
+        10.0,
+        "Time between two passes that drop expired messages from the topic live buffers",
+        unit="s",
+        minimum=0.05,
+        maximum=86400.0,
+    ),
+    Parameter(
         "VolQueueStoreImpl",
         "cleanupinterval",
         float,
@@ -414,6 +424,287 @@ PARAMETERS += [
         "/queue/DMQ",
         "The queue expired messages are moved to (with headers original-destination and "
         "dead-reason)",
+    ),
+]
+
+# -- flow control: watermarks that stop producers (chapter 2 of the manual) ---------------
+
+
+def _watermarks(
+    group: str,
+    prefix: str,
+    what: str,
+    scope: str,
+    byte_high: int = -1,
+    byte_low: int = -1,
+    aliases: str = "",
+) -> list[Parameter]:
+    """The four watermarks (messages and bytes, high and low) of one scope; -1 is off."""
+    params = []
+    for unit, label in (("msg", "messages"), ("byte", "bytes")):
+        for level in ("high", "low"):
+            name = f"{prefix}{unit}{level}watermark"
+            default = (byte_high if level == "high" else byte_low) if unit == "byte" else -1
+            verb = "stop" if level == "high" else "start again"
+            params.append(
+                Parameter(
+                    group,
+                    name,
+                    int,
+                    default,
+                    f"{label.capitalize()} in {what} at which the producers of {scope} {verb}",
+                    unit=label,
+                    minimum=0,
+                    maximum=1 << 50,
+                    off=-1,
+                    live=True,
+                    aliases=(f"{aliases}{unit}{level}watermark",) if aliases else (),
+                )
+            )
+    return params
+
+
+GB = 1_000_000_000
+for _group, _what in (
+    ("VolQueueStoreImpl", "the VolQueueStore"),
+    ("PersQueueFileStore", "the PersQueueStore"),
+    ("TopicFileStore", "the TopicStore"),
+):
+    _global = (16_000_000, 15_000_000) if _group == "VolQueueStoreImpl" else (4 * GB, 3_900_000_000)
+    PARAMETERS += _watermarks(_group, "", f"one destination of {_what}", "that destination")
+    PARAMETERS += _watermarks(_group, "global", _what, "its domain", *_global)
+PARAMETERS += _watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
+PARAMETERS += _watermarks(
+    "DestinationManager",
+    "topicglobal",
+    "all topic live buffers",
+    "every topic",
+    1_024_000,
+    1_000_000,
+    aliases="globaltopic",
+)
+
+PARAMETERS += [
+    # -- consumers and slow subscribers, per destination ----------------------------------
+    Parameter(
+        "Destination",
+        "consumerQueueEntriesSize",
+        int,
+        1000,
+        "A consumer's window in messages: delivered and not yet acknowledged (client "
+        "modes) or not yet written to its socket (auto mode); SUBSCRIBE may set its own",
+        minimum=1,
+        maximum=10_000_000,
+    ),
+    Parameter(
+        "Destination",
+        "consumerQueueEntriesBytes",
+        int,
+        4 * MIB,
+        "A consumer's window in bytes (as consumerQueueEntriesSize)",
+        unit="bytes",
+        minimum=1,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "Destination",
+        "slowsubscriberpolicy",
+        str,
+        "block",
+        "What a topic does about a subscriber that cannot keep up: block (messages wait in "
+        "the topic live buffer, publishers stop at its watermarks), discard-oldest (its "
+        "oldest non-persistent messages are dropped, with a discard indication), or "
+        "disconnect (it gets an ERROR and is disconnected)",
+        choices=("block", "discard-oldest", "disconnect"),
+    ),
+    Parameter(
+        "Destination",
+        "whenfull",
+        str,
+        "block",
+        "A persistent SEND to a destination whose store is over its high watermark: block "
+        "the producer, or fail it with an ERROR naming its receipt",
+        choices=("block", "fail"),
+    ),
+    # -- spool checks before a persistent message is accepted ---------------------------
+    Parameter(
+        "Destination",
+        "maxmsgsize",
+        int,
+        -1,
+        "Largest persistent message the destination accepts",
+        unit="bytes",
+        minimum=0,
+        maximum=1024 * MIB,
+        off=-1,
+    ),
+    Parameter(
+        "Destination",
+        "spoolquota",
+        int,
+        -1,
+        "Bytes of persistent messages the destination may hold in its store",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+    ),
+    Parameter(
+        "Destination",
+        "lowpriorityrejectlimit",
+        int,
+        -1,
+        "Once the destination holds this many stored messages, persistent messages of "
+        "priority below 4 are refused",
+        unit="messages",
+        minimum=0,
+        maximum=1 << 40,
+        off=-1,
+    ),
+    Parameter(
+        "Destination",
+        "shutdown",
+        bool,
+        False,
+        "A shut-down destination refuses persistent messages",
+    ),
+    Parameter(
+        "MessageSpool",
+        "maxspoolusage",
+        int,
+        8 * GB,
+        "Bytes of persistent messages all stores together may hold; past it persistent "
+        "SENDs are refused",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+    ),
+    Parameter(
+        "MessageSpool",
+        "maxdeliveredunacked",
+        int,
+        100_000,
+        "Messages delivered to client-acknowledging consumers and not yet acknowledged, "
+        "for the whole server; past it no consumer gets more until acknowledgements come",
+        unit="messages",
+        minimum=1,
+        maximum=1 << 40,
+        off=-1,
+    ),
+    Parameter(
+        "MessageSpool",
+        "usagesetpercent",
+        int,
+        80,
+        "Spool usage (of a quota) at which a usage event is raised",
+        unit="%",
+        minimum=1,
+        maximum=100,
+    ),
+    Parameter(
+        "MessageSpool",
+        "usageclearpercent",
+        int,
+        60,
+        "Spool usage at which the usage event is cleared",
+        unit="%",
+        minimum=0,
+        maximum=100,
+    ),
+    # -- per-client egress queues (Solace client profile) ---------------------------------
+    Parameter(
+        "ClientEgress",
+        "maxdepth",
+        int,
+        20000,
+        "Depth of each per-client egress priority queue (C-1, D-3, D-2, D-1, G-1)",
+        unit="work units of 2048 bytes",
+        minimum=2,
+        maximum=262144,
+    ),
+    Parameter(
+        "ClientEgress",
+        "minmsgburst",
+        int,
+        4,
+        "Messages always admitted to a C-1 or D queue, whatever its depth",
+        unit="messages",
+        minimum=0,
+        maximum=262144,
+    ),
+    Parameter(
+        "ClientEgress",
+        "g1minmsgburst",
+        int,
+        255,
+        "Messages always admitted to the G-1 (persistent) queue, whatever its depth",
+        unit="messages",
+        minimum=0,
+        maximum=262144,
+    ),
+    Parameter(
+        "ClientEgress",
+        "tcptransmitbytes",
+        int,
+        65536,
+        "Bound of a client's TCP transmit queue: whole messages are moved to it while it "
+        "holds less than this",
+        unit="bytes",
+        minimum=1024,
+        maximum=64 * MIB,
+    ),
+    # -- slow subscribers ----------------------------------------------------------------------
+    Parameter(
+        "SlowSubscriber",
+        "checkinterval",
+        float,
+        5.0,
+        "Time between two checks of every client's slowness",
+        unit="s",
+        minimum=0.05,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "SlowSubscriber",
+        "warnshare",
+        float,
+        0.5,
+        "Share of the last minute a client's socket was blocked with data waiting, past "
+        "which a slow-subscriber event is raised",
+        minimum=0.0,
+        maximum=1.0,
+        live=True,
+    ),
+    Parameter(
+        "SlowSubscriber",
+        "disconnectshare",
+        float,
+        0.9,
+        "Share past which a slow subscriber is disconnected (when disconnect is on)",
+        minimum=0.0,
+        maximum=1.0,
+        live=True,
+    ),
+    Parameter(
+        "SlowSubscriber",
+        "disconnect",
+        bool,
+        False,
+        "Disconnect slow subscribers once the egress buffer load factor reaches loadfactor",
+        live=True,
+    ),
+    Parameter(
+        "SlowSubscriber",
+        "loadfactor",
+        float,
+        100.0,
+        "Egress buffer load factor (percent of all clients' egress capacity in use) at which "
+        "slow subscribers are disconnected",
+        unit="%",
+        minimum=0.0,
+        maximum=100.0,
+        live=True,
     ),
 ]
 

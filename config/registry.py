@@ -33,6 +33,7 @@ class Parameter:
     choices: tuple[str, ...] = ()
     live: bool = False  # may be changed while the server runs
     off: int | None = None  # a value outside the bounds that switches the feature off (-1)
+    aliases: tuple[str, ...] = ()  # other spellings the manual uses for the same parameter
 
     @property
     def key(self) -> str:
@@ -103,6 +104,7 @@ class Registry:
 
     def __init__(self, parameters: Iterable[Parameter]) -> None:
         self._by_key: dict[tuple[str, str], Parameter] = {}
+        self._aliases: dict[tuple[str, str], Parameter] = {}
         self._groups: dict[str, str] = {}
         for p in parameters:
             key = (p.group.lower(), p.name.lower())
@@ -110,6 +112,8 @@ class Registry:
                 raise ValueError(f"parameter {p.key} is registered twice")
             p.check(p.default)
             self._by_key[key] = p
+            for alias in p.aliases:
+                self._aliases[(p.group.lower(), alias.lower())] = p
             self._groups.setdefault(p.group.lower(), p.group)
 
     def __iter__(self) -> Iterator[Parameter]:
@@ -123,7 +127,8 @@ class Registry:
         return list(self._groups.values())
 
     def get(self, group: str, name: str) -> Parameter | None:
-        return self._by_key.get((group.lower(), name.lower()))
+        key = (group.lower(), name.lower())
+        return self._by_key.get(key) or self._aliases.get(key)
 
     def in_group(self, group: str) -> list[Parameter]:
         return [p for p in self if p.group.lower() == group.lower()]

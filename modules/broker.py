@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -16,15 +17,18 @@ from wiremq.config.settings import Settings
 from wiremq.modules.destinations import QUEUE_PREFIX, TOPIC_PREFIX, Destination, Queue, Topic
 from wiremq.modules.durable import ReplayManager
 from wiremq.modules.expiry import ExpiryHandler
+from wiremq.modules.flow.spool import Spool
+from wiremq.modules.flow.watermarks import Producer, Watermark, limits
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
-from wiremq.modules.pipeline import Chain
+from wiremq.modules.pipeline import P2P, PUBSUB, Chain
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.modules.transaction import TransactionManager
 from wiremq.stores.volqueue import VolQueueStore
 
 if TYPE_CHECKING:
+    from wiremq.modules.client import ClientConnection
     from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.broker")
@@ -39,14 +43,45 @@ class Broker:
         self.settings = settings
         self.runtime = runtime
         self.persistence = persistence
+        if persistence is not None:
+            persistence.on_store_changed = self.store_changed
         self.vol_store: VolQueueStore[Message] = VolQueueStore()
+        # Flow control: who produces to each domain, and the global watermarks that stop them.
+        self.producers: dict[str, set[Producer]] = {P2P: set(), PUBSUB: set()}
+
+        def domain(name: str) -> Callable[[], set[Producer]]:
+            return lambda: self.producers[name]
+
+        self.vol_watermark = Watermark(
+            "VolQueueStore", limits(settings, "VolQueueStoreImpl", "global"), domain(P2P)
+        )
+        self.tlb_watermark = Watermark(
+            "TopicLiveBuffer", limits(settings, "DestinationManager", "topicglobal"), domain(PUBSUB)
+        )
+        self.store_watermarks = {
+            P2P: Watermark(
+                "PersQueueStore", limits(settings, "PersQueueFileStore", "global"), domain(P2P)
+            ),
+            PUBSUB: Watermark(
+                "TopicStore", limits(settings, "TopicFileStore", "global"), domain(PUBSUB)
+            ),
+        }
+        self.domain_gates: dict[str, list[Watermark]] = {
+            P2P: [self.vol_watermark, self.store_watermarks[P2P]],
+            PUBSUB: [self.tlb_watermark, self.store_watermarks[PUBSUB]],
+        }
+        self.delivered_unacked = 0  # client-mode deliveries not yet acknowledged, all consumers
+        self.unacked_limit = settings.get_int("MessageSpool", "maxdeliveredunacked")
+        self._unacked_waiters: set[Destination] = set()
+        self.slow_disconnects = 0
         self.transactions = TransactionManager()
         self.expiry = ExpiryHandler(self)
+        self.spool = Spool(self)
         self.replays = ReplayManager(self)
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.chains: dict[str, Chain] = {}
-        self.clients: set[object] = set()
+        self.clients: set[ClientConnection] = set()
         self.active_durables: dict[tuple[str, str], Subscription] = {}
         self._id_prefix = f"wmq-{os.urandom(4).hex()}-"
         self._ids = itertools.count(1)
@@ -94,6 +129,8 @@ class Broker:
                 queue = self.destination(name)
                 assert isinstance(queue, Queue)
                 queue.backlog_after = 0
+        self.store_changed(P2P, self.persistence.queues.destinations())
+        self.store_changed(PUBSUB, self.persistence.topics.destinations())
         subscriptions = self.persistence.load_durable_subscriptions()
         log.info(
             "broker.restored",
@@ -101,6 +138,91 @@ class Broker:
             stored_queue_messages=self.persistence.queues.total_count(),
             durable_subscriptions=len(subscriptions),
         )
+
+    def add_gate(self, domain: str, watermark: Watermark) -> None:
+        """A watermark that stops every producer of ``domain`` (a pipeline buffer's)."""
+        self.domain_gates[domain].append(watermark)
+        for destination in [*self.queues.values(), *self.topics.values()]:
+            if destination.domain == domain:
+                destination.gates.append(watermark)
+
+    def forget_producer(self, producer: Producer) -> None:
+        """A client went away: it is no longer a producer anywhere."""
+        for destinations in (self.queues, self.topics):
+            for destination in destinations.values():
+                if producer in destination.producers:
+                    destination.remove_producer(producer)
+        for domain, producers in self.producers.items():
+            producers.discard(producer)
+            for gate in self.domain_gates[domain]:
+                gate.forget(producer)
+
+    def unacked_limit_reached(self, subscription: Subscription) -> bool:
+        """The server-wide delivered-but-unacknowledged limit (MessageSpool.maxdeliveredunacked)."""
+        if self.unacked_limit < 0 or self.delivered_unacked < self.unacked_limit:
+            return False
+        self._unacked_waiters.add(subscription.destination)
+        return True
+
+    def acknowledged_count(self, count: int) -> None:
+        """``count`` client-mode deliveries were acknowledged (or given back)."""
+        before = self.delivered_unacked
+        self.delivered_unacked -= count
+        if before >= self.unacked_limit > self.delivered_unacked >= 0 and self._unacked_waiters:
+            waiters, self._unacked_waiters = self._unacked_waiters, set()
+            for destination in waiters:
+                self.runtime.call_soon(destination.consumer_ready)
+
+    def disconnect_slow(self, subscription: Subscription) -> None:
+        """A subscriber under the ``disconnect`` policy fell behind: its client is dropped."""
+        self.slow_disconnects += 1
+        log.info(
+            "client.slow_disconnected",
+            destination=subscription.destination.name,
+            subscription=subscription.sub_id,
+        )
+        subscription.client.detach(subscription)
+        subscription.client.session.fail(
+            ProtocolError(
+                "slow subscriber",
+                f"{subscription.destination.name} disconnects subscribers that fall behind",
+            )
+        )
+
+    def store_changed(self, domain: str, destinations: Iterable[str]) -> None:
+        """Bring the store watermarks up to date after a commit changed ``destinations``."""
+        persistence = self.persistence
+        if persistence is None:
+            return
+        store = persistence.queues if domain == P2P else persistence.topics
+        known = self.queues if domain == P2P else self.topics
+        for name in set(destinations):
+            destination = known.get(name)
+            if destination is not None:
+                if destination.store_watermark is not None:
+                    destination.store_watermark.sync(store.count(name), store.byte_count(name))
+                self.spool.usage_changed(destination)
+        self.store_watermarks[domain].sync(store.total_count(), store.total_bytes())
+        self.spool.usage_changed(None)
+
+    def flow_state(self) -> dict[str, object]:
+        """Every flow-control state in one place: the admin console's view."""
+        watermarks = [
+            self.vol_watermark,
+            self.tlb_watermark,
+            *self.store_watermarks.values(),
+            *(g for gates in self.domain_gates.values() for g in gates[2:]),
+        ]
+        return {
+            "watermarks": [w.state() for w in watermarks],
+            "queues": [q.state() for q in self.queues.values()],
+            "topics": [t.state() for t in self.topics.values()],
+            "clients": [c.state() for c in self.clients],
+            "delivered_unacked": self.delivered_unacked,
+            "delivered_unacked_limit": self.unacked_limit,
+            "slow_disconnects": self.slow_disconnects,
+            "spool": self.spool.state(),
+        }
 
     def submit(self, message: Message) -> None:
         """Start a message down its domain's chain."""
@@ -119,3 +241,9 @@ class Broker:
         idle_for = self.settings.get_float("DestinationManager", "qlbcleanuptimetolive")
         for queue in list(self.queues.values()):
             queue.sweep_cache(now_ms, idle_for)
+
+    def sweep_topic_buffers(self) -> None:
+        """The topic live buffers' cleanup (tlbcleanupinterval)."""
+        now_ms = self.runtime.now_ms()
+        for topic in list(self.topics.values()):
+            topic.sweep_live_buffer(now_ms)

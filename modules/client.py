@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 import structlog
 
@@ -17,7 +18,8 @@ from wiremq.modules.broker import Broker
 from wiremq.modules.destinations import Topic
 from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import effective_expiry
-from wiremq.modules.message import Message
+from wiremq.modules.flow.egress_queues import Policy
+from wiremq.modules.message import CLASS_OF_SERVICE, Message
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 from wiremq.modules.stomp.session import SessionSettings, StompSession
 from wiremq.modules.subscription import Subscription
@@ -25,6 +27,16 @@ from wiremq.modules.subscription import Subscription
 log = structlog.get_logger("wiremq.client")
 
 DURABLE_NAME = "activemq.subscriptionName"
+# SUBSCRIBE headers that set a consumer's window, in messages and in bytes.
+WINDOW_MESSAGES = ("consumerQueueEntriesSize", "activemq.prefetchSize", "prefetch-count")
+WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
+
+
+class ReadControl(Protocol):
+    """Stops and restarts reading from the client's socket (its transport, in ``server/``)."""
+
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
 
 
 class ClientConnection:
@@ -37,8 +49,11 @@ class ClientConnection:
         clock: Callable[[], float],
         peer: str,
         settings: SessionSettings | None = None,
+        reader: ReadControl | None = None,
     ) -> None:
         self.broker = broker
+        self.reader = reader
+        self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
         self.peer = peer
         self.egress = egress
         self.session = StompSession(self, egress, clock, broker.next_session_id(), settings)
@@ -64,7 +79,13 @@ class ClientConnection:
 
     def on_send(self, frame: Frame, destination: str) -> None:
         target = self.broker.destination(destination)
+        if self not in target.producers:
+            target.add_producer(self)
         headers = frame.headers
+        if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in ("1", "2", "3"):
+            raise ProtocolError(
+                "invalid class-of-service header", "class-of-service must be 1, 2 or 3"
+            )
         transaction = headers.get("transaction")
         if transaction is not None:
             self.broker.transactions.check(self, transaction, target.domain)
@@ -112,16 +133,29 @@ class ClientConnection:
             )
         target = self.broker.destination(destination)
         durable_key = self._durable_key(frame, sub_id, target)
+        window = (
+            _window(frame, WINDOW_MESSAGES, int(target.setting("consumerQueueEntriesSize"))),
+            _window(frame, WINDOW_BYTES, int(target.setting("consumerQueueEntriesBytes"))),
+        )
         self._numbers += 1
         version = self.session.version or "1.2"
         subscription = Subscription(
-            sub_id, self._numbers, target, ack_mode, self.egress, version, durable_key
+            sub_id, self._numbers, target, ack_mode, self.egress, version, durable_key, window
         )
+        subscription.client = self
         self.subscriptions[sub_id] = subscription
         self._by_number[self._numbers] = subscription
         if durable_key is not None:
             self.broker.active_durables[durable_key] = subscription
         target.subscribe(subscription)
+        self._set_egress_policy()
+
+    def _set_egress_policy(self) -> None:
+        """A client whose subscriptions all discard-oldest lets its egress queues discard;
+        any other keeps every message (BLOCK): one policy per client, as in a client profile."""
+        policies = {s.policy for s in self.subscriptions.values()}
+        discard = policies == {"discard-oldest"}
+        self.egress.queues.policy = Policy.DISCARD_OLDEST if discard else Policy.BLOCK
 
     def _durable_key(self, frame: Frame, sub_id: str, target: object) -> tuple[str, str] | None:
         """(client id, name) if the SUBSCRIBE asks for a durable subscription.
@@ -158,12 +192,12 @@ class ClientConnection:
             headers.get("durable"),
             headers.get("persistent"),
         )
-        subscription = self.subscriptions.pop(sub_id, None)
+        subscription = self.subscriptions.get(sub_id)
         if subscription is None and not remove_durable:
             raise ProtocolError("unknown subscription", f"no subscription with id {sub_id!r}")
         key = (self.client_id, headers.get(DURABLE_NAME) or sub_id)
         if subscription is not None:
-            self._detach(subscription)
+            self.detach(subscription)
             key = subscription.durable_key or key
         if remove_durable:
             self._remove_durable(key)
@@ -263,17 +297,59 @@ class ClientConnection:
         destination.acknowledged(subscription, messages)
         return any(m.store_seq for m in messages)
 
-    def _detach(self, subscription: Subscription) -> None:
+    def detach(self, subscription: Subscription) -> None:
+        """End one subscription of this client."""
+        del self.subscriptions[subscription.sub_id]
         del self._by_number[subscription.number]
         if subscription.durable_key is not None:
             self.broker.active_durables.pop(subscription.durable_key, None)
         subscription.destination.unsubscribe(subscription)
+        self._set_egress_policy()
+
+    # -- flow control ----------------------------------------------------------------------
+
+    def stop_reading(self, reason: object) -> None:
+        """A watermark stops this producer: its socket is not read until it clears."""
+        if not self.stops and self.reader is not None:
+            self.reader.pause()
+        self.stops.add(reason)
+
+    def start_reading(self, reason: object) -> None:
+        self.stops.discard(reason)
+        if not self.stops and self.reader is not None:
+            self.reader.resume()
+
+    def state(self) -> dict[str, object]:
+        """Flow-control state of this connection, for the admin view."""
+        return {
+            "session": self.session.session_id,
+            "peer": self.peer,
+            "client_id": self.client_id or None,
+            "reading": not self.stops,
+            "stopped_by": sorted(str(reason) for reason in self.stops),
+            "subscriptions": [s.state() for s in self.subscriptions.values()],
+            "egress_policy": self.egress.queues.policy.value,
+            "egress": self.egress.queues.stats(),
+        }
 
     def connection_lost(self) -> None:
         """The socket closed: give back unacknowledged messages and drop transactions."""
         for subscription in list(self.subscriptions.values()):
-            self._detach(subscription)
-        self.subscriptions.clear()
+            self.detach(subscription)
+        self.broker.forget_producer(self)
         self.broker.transactions.abort_all(self)
         self.broker.clients.discard(self)
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
+
+
+def _window(frame: Frame, names: tuple[str, ...], default: int) -> int:
+    """A window size from the first of ``names`` the SUBSCRIBE carries, else the default."""
+    for name in names:
+        text = frame.headers.get(name)
+        if text is not None:
+            if not (text.isascii() and text.isdigit()) or int(text) < 1:
+                raise ProtocolError(
+                    f"invalid {name} header", f"{name} must be a positive whole number"
+                )
+            return int(text)
+    return default

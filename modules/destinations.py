@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from wiremq.config.registry import Value
+from wiremq.modules.flow.watermarks import Producer, Watermark, enabled, limits
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P, PUBSUB
 from wiremq.modules.subscription import Subscription
+from wiremq.stores.records import StoredMessage
 from wiremq.stores.results import Batch
 
 if TYPE_CHECKING:
@@ -38,7 +41,8 @@ log = structlog.get_logger("wiremq.destinations")
 
 
 class Destination(ABC):
-    """A named queue or topic with its consumers."""
+    """A named queue or topic with its consumers, its producers and the watermarks
+    (``gates``) whose trips stop those producers."""
 
     domain: str
 
@@ -46,10 +50,42 @@ class Destination(ABC):
         self.name = name
         self.broker = broker
         self.consumers: list[Subscription] = []
+        self.producers: set[Producer] = set()
+        self.gates: list[Watermark] = list(broker.domain_gates[self.domain])
+        self.store_watermark: Watermark | None = None  # its persistent store's, if any
         self.max_ttl = int(broker.settings.for_destination(name, "maxttl"))
+
+    def setting(self, name: str) -> Value:
+        """A ``Destination`` parameter as it applies here."""
+        return self.broker.settings.for_destination(self.name, name)
+
+    def _own_watermark(self, kind: str, group: str, prefix: str = "") -> Watermark | None:
+        """A per-destination watermark of ``group``, if its parameters switch one on."""
+        scope = limits(self.broker.settings, group, prefix)
+        if not enabled(scope):
+            return None
+        watermark = Watermark(f"{kind} {self.name}", scope, lambda: self.producers)
+        self.gates.append(watermark)
+        return watermark
+
+    def add_producer(self, producer: Producer) -> None:
+        """A client sends here: it is stopped at once if a watermark is tripped."""
+        self.producers.add(producer)
+        self.broker.producers[self.domain].add(producer)
+        for gate in self.gates:
+            gate.producer_joined(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        self.producers.discard(producer)
+        for gate in self.gates:
+            gate.forget(producer)
 
     def subscribe(self, subscription: Subscription) -> None:
         self.consumers.append(subscription)
+
+    @abstractmethod
+    def consumer_ready(self) -> None:
+        """A consumer that was skipped for not being ready may be ready now."""
 
     @abstractmethod
     def unsubscribe(self, subscription: Subscription) -> None:
@@ -82,6 +118,9 @@ class Queue(Destination):
         self.last_dispatch = time.monotonic()
         self._arrivals = 0
         self._next = 0  # round-robin position among consumers
+        self.volatile = broker.vol_watermark
+        self.own_volatile = self._own_watermark("VolQueueStore", "VolQueueStoreImpl")
+        self.store_watermark = self._own_watermark("PersQueueStore", "PersQueueFileStore")
 
     # -- arrival ---------------------------------------------------------------------------
 
@@ -95,6 +134,16 @@ class Queue(Destination):
         """Keep a non-persistent message in the VolQueueStore (the storage step)."""
         self.arrived(message)
         self.store.append(self.name, message)
+        self._count_volatile(1, message.size)
+
+    def _count_volatile(self, messages: int, nbytes: int) -> None:
+        """Messages entering (positive) or leaving (negative) the VolQueueStore."""
+        for watermark in (self.volatile, self.own_volatile):
+            if watermark is not None:
+                if messages > 0:
+                    watermark.add(messages, nbytes)
+                else:
+                    watermark.remove(-messages, -nbytes)
 
     def distribute(self, message: Message) -> None:
         if message.persistent and message.store_seq:
@@ -119,25 +168,31 @@ class Queue(Destination):
         assert self.persistence is not None
         self.persistence.cache_bytes += message.size
 
-    def _cache_pop(self) -> Message:
-        message = self.cache.popleft()
-        self.cache_bytes -= message.size
-        assert self.persistence is not None
-        self.persistence.cache_bytes -= message.size
-        return message
-
     # -- delivery --------------------------------------------------------------------------
 
-    def _next_message(self) -> Message | None:
-        if not self.cache:
-            return self.store.pop(self.name)
+    def _peek(self) -> Message | None:
+        """The next message to deliver: the older of the two delivery modes' heads."""
         volatile = self.store.peek(self.name)
-        if volatile is not None and volatile.arrival < self.cache[0].arrival:
-            return self.store.pop(self.name)
-        return self._cache_pop()
+        if not self.cache:
+            return volatile
+        cached = self.cache[0]
+        if volatile is not None and volatile.arrival < cached.arrival:
+            return volatile
+        return cached
+
+    def _take(self, message: Message) -> None:
+        """Remove the message ``_peek`` returned."""
+        if self.cache and self.cache[0] is message:
+            self.cache.popleft()
+            self.cache_bytes -= message.size
+            assert self.persistence is not None
+            self.persistence.cache_bytes -= message.size
+        else:
+            self.store.pop(self.name)
+            self._count_volatile(-1, -message.size)
 
     def dispatch(self) -> None:
-        """Hand waiting messages to consumers, one each in turn."""
+        """Hand waiting messages to ready consumers, one each in turn."""
         consumers = self.consumers
         count = len(consumers)
         if not count:
@@ -145,23 +200,34 @@ class Queue(Destination):
         turn = self._next
         now_ms = 0
         expired: list[Message] = []
-        message = self._next_message()
+        message = self._peek()
         while message is not None:
             if message.expires:
                 now_ms = now_ms or self.broker.runtime.now_ms()
                 if message.expires <= now_ms:
+                    self._take(message)
                     expired.append(message)
-                    message = self._next_message()
+                    message = self._peek()
                     continue
-            consumers[turn % count].deliver(message)
-            turn += 1
-            message = self._next_message()
+            for _ in range(count):
+                consumer = consumers[turn % count]
+                turn += 1
+                if consumer.ready_for(message):
+                    break
+                consumer.waiting = True
+            else:
+                break  # no consumer is ready: the message waits
+            self._take(message)
+            consumer.deliver(message)
+            message = self._peek()
         self._next = turn % count
         self.last_dispatch = time.monotonic()
         if expired:
             self.expired(expired)
-        if self.backlog_after is not None and not self.reading:
+        if self.backlog_after is not None and not self.reading and not self.cache:
             self._read_backlog()
+
+    consumer_ready = dispatch
 
     def subscribe(self, subscription: Subscription) -> None:
         super().subscribe(subscription)
@@ -197,6 +263,7 @@ class Queue(Destination):
         volatile = [m for m in messages if not m.store_seq]
         if volatile:
             self.store.push_front(self.name, volatile)
+            self._count_volatile(len(volatile), sum(m.size for m in volatile))
         for message in reversed([m for m in messages if m.store_seq]):
             self.cache.appendleft(message)
             self.cache_bytes += message.size
@@ -239,6 +306,7 @@ class Queue(Destination):
             self.broker.expiry.expired(
                 self.name, [Message.from_stored(m, 0) for m in batch.expired]
             )
+            self.broker.store_changed(P2P, [self.name])
         self.backlog_after = None if batch.at_end else batch.last_seq
         self.dispatch()
 
@@ -257,18 +325,18 @@ class Queue(Destination):
         # Unless expiryonread, stored ones stay until the store's cleanup process removes them.
         on_read = self.broker.settings.get("PersQueueFileStore", "expiryonread") is True
         if stored and persistence is not None and on_read:
-            persistence.expire_queue_messages(
-                self.name,
-                stored,
-                lambda removed: self.broker.expiry.expired(
-                    self.name, [Message.from_stored(m, 0) for m in removed]
-                ),
-            )
+
+            def removed(found: list[StoredMessage]) -> None:
+                self.broker.expiry.expired(self.name, [Message.from_stored(m, 0) for m in found])
+                self.broker.store_changed(P2P, [self.name])
+
+            persistence.expire_queue_messages(self.name, stored, removed)
 
     def sweep_volatile(self, now_ms: int) -> None:
         """The VolQueueStore's cleanup: remove expired non-persistent messages."""
         expired = self.store.remove_if(self.name, lambda m: m.expired(now_ms))
         if expired:
+            self._count_volatile(-len(expired), -sum(m.size for m in expired))
             self.expired(expired)
 
     def sweep_cache(self, now_ms: int, idle_for: float) -> None:
@@ -295,21 +363,118 @@ class Queue(Destination):
         self.cache.clear()
         self.cache_bytes = 0
 
+    def state(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "consumers": len(self.consumers),
+            "ready_consumers": sum(1 for c in self.consumers if c.ready),
+            "producers": len(self.producers),
+            "volatile_messages": self.store.count(self.name),
+            "volatile_bytes": self.store.byte_count(self.name),
+            "live_buffer_messages": len(self.cache),
+            "live_buffer_bytes": self.cache_bytes,
+            "backlog_in_store": self.backlog_after is not None,
+            "watermarks": [g.state() for g in self.gates],
+        }
+
 
 class Topic(Destination):
+    """A topic and its live buffer.
+
+    Messages a subscriber cannot take yet wait in the live buffer; each
+    subscriber has a cursor into it, and a message leaves the buffer once every
+    subscriber has passed it. The buffer's watermarks (per topic and over all
+    topics) stop publishers. What a subscriber that cannot keep up does to the
+    others is its policy (``slowsubscriberpolicy``): ``block`` holds messages in
+    the buffer for it, ``discard-oldest`` lets its own egress queue drop its
+    oldest non-persistent messages, ``disconnect`` disconnects it.
+    """
+
     domain = PUBSUB
+
+    def __init__(self, name: str, broker: Broker) -> None:
+        super().__init__(name, broker)
+        self.buffer: deque[Message | None] = deque()  # None: an expired message's place
+        self.first = 0  # index of buffer[0] in the topic's message sequence
+        self.live = broker.tlb_watermark
+        self.own_live = self._own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
+        self.store_watermark = self._own_watermark("TopicStore", "TopicFileStore")
+        self.policy = str(self.setting("slowsubscriberpolicy"))
 
     def distribute(self, message: Message) -> None:
         if message.expires and message.expired(self.broker.runtime.now_ms()):
             self.broker.expiry.expired(self.name, [message])
             return
-        stored = message.store_seq
-        for subscription in self.consumers:
-            if stored and subscription.replaying:
-                continue  # its replay from the store delivers this one, in order
-            subscription.deliver(message)
+        consumers = self.consumers
+        if not self.buffer and all(
+            s.ready_for(message) or (message.store_seq and s.replaying) for s in consumers
+        ):  # the common case: everyone keeps up, nothing is buffered
+            stored = message.store_seq
+            for subscription in consumers:
+                subscription.cursor += 1
+                if not (stored and subscription.replaying):
+                    subscription.deliver(message)
+            self.first += 1
+            return
+        self.buffer.append(message)
+        self._count_live(1, message.size)
+        self.consumer_ready()
+
+    def consumer_ready(self) -> None:
+        """Move every subscriber on as far as it can take, then trim the buffer."""
+        slow = [s for s in list(self.consumers) if not self._pump(s)]
+        for subscription in slow:
+            self.broker.disconnect_slow(subscription)
+        self._trim()
+
+    def _pump(self, subscription: Subscription) -> bool:
+        """Deliver from the subscriber's cursor; False if it must be disconnected."""
+        buffer = self.buffer
+        end = self.first + len(buffer)
+        while subscription.cursor < end:
+            message = buffer[subscription.cursor - self.first]
+            if message is not None and not (message.store_seq and subscription.replaying):
+                if not subscription.ready_for(message):
+                    if subscription.policy == "disconnect":
+                        return False
+                    subscription.waiting = True
+                    return True
+                subscription.deliver(message)
+            subscription.cursor += 1
+        return True
+
+    def _trim(self) -> None:
+        end = self.first + len(self.buffer)
+        low = min((s.cursor for s in self.consumers), default=end)
+        buffer = self.buffer
+        while self.first < low:
+            message = buffer.popleft()
+            self.first += 1
+            if message is not None:
+                self._count_live(-1, -message.size)
+
+    def _count_live(self, messages: int, nbytes: int) -> None:
+        for watermark in (self.live, self.own_live):
+            if watermark is not None:
+                if messages > 0:
+                    watermark.add(messages, nbytes)
+                else:
+                    watermark.remove(-messages, -nbytes)
+
+    def sweep_live_buffer(self, now_ms: int) -> None:
+        """tlbcleanupinterval: expired messages leave the live buffer (never delivered)."""
+        expired = []
+        for index, message in enumerate(self.buffer):
+            if message is not None and message.expired(now_ms):
+                self.buffer[index] = None
+                self._count_live(-1, -message.size)
+                expired.append(message)
+        if expired:
+            self.broker.expiry.expired(self.name, expired)
 
     def subscribe(self, subscription: Subscription) -> None:
+        subscription.cursor = self.first + len(self.buffer)  # only what comes from now on
+        subscription.policy = self.policy
         super().subscribe(subscription)
         if subscription.durable_key is not None:
             self.broker.replays.start(self, subscription)
@@ -319,6 +484,7 @@ class Topic(Destination):
         subscription.take_unacked()  # a durable subscriber gets them again from the store
         if subscription.durable_key is not None:
             self.broker.replays.stop(subscription)
+        self._trim()
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> None:
         """Move a durable subscriber's stored position past what it has acknowledged.
@@ -342,3 +508,15 @@ class Topic(Destination):
     def rejected(self, messages: list[Message], requeue: bool) -> None:
         """A topic keeps nothing to deliver again now; a durable subscriber gets
         stored messages it did not acknowledge again when it comes back."""
+
+    def state(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "subscribers": len(self.consumers),
+            "ready_subscribers": sum(1 for c in self.consumers if c.ready),
+            "producers": len(self.producers),
+            "live_buffer_messages": sum(1 for m in self.buffer if m is not None),
+            "live_buffer_bytes": sum(m.size for m in self.buffer if m is not None),
+            "policy": self.policy,
+            "watermarks": [g.state() for g in self.gates],
+        }

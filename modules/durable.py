@@ -6,8 +6,9 @@ between batches, with at most DurableTopicSubscriberThreadPool.maxthreads
 replays running at once and DurableTopicSubscriptionManager
 .globaldursubbytelimit bytes being read for all of them together. A replay
 also waits while its client has more than one batch not yet written to its
-socket. When the store has nothing more, the subscriber switches to live
-delivery (``Subscription.replaying`` goes False).
+socket. Replayed messages are handed over only as the subscriber's window
+allows; the rest of a batch waits here. When the store has nothing more, the
+subscriber switches to live delivery (``Subscription.replaying`` goes False).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ReplayManager:
         self.waiting: deque[tuple[Topic, Subscription]] = deque()
         self.reading_bytes = 0  # replay reads in progress, all subscribers
         self._positions: dict[Subscription, int] = {}  # replay position per subscriber
+        self._pending: dict[Subscription, deque[Message]] = {}  # read, not yet handed over
         self.replayed = 0  # messages delivered by replays, for statistics
 
     @property
@@ -63,6 +65,7 @@ class ReplayManager:
         """The subscriber went away; its replay ends at the next step."""
         self.waiting = deque(w for w in self.waiting if w[1] is not subscription)
         self._positions.pop(subscription, None)
+        self._pending.pop(subscription, None)
 
     def _registered(
         self, topic: Topic, subscription: Subscription, info: SubscriptionInfo, created: bool
@@ -87,18 +90,30 @@ class ReplayManager:
     def _finish(self, subscription: Subscription) -> None:
         self.active.discard(subscription)
         self._positions.pop(subscription, None)
+        self._pending.pop(subscription, None)
         self._start_waiting()
+
+    def _hand_over(self, subscription: Subscription) -> bool:
+        """Deliver read messages while the window allows; True when none are left."""
+        pending = self._pending.get(subscription)
+        while pending:
+            if not subscription.ready_for(pending[0]):
+                return False
+            subscription.deliver(pending.popleft())
+            self.replayed += 1
+        return True
 
     def _step(self, topic: Topic, subscription: Subscription) -> None:
         if subscription not in self._positions:
             self._finish(subscription)
             return
+        if not self._hand_over(subscription):
+            self._later(topic, subscription)
+            return
         settings = self.broker.settings
         amount = settings.get_int("TopicFileStore", "replaybyteamount")
         budget = settings.get_int("DurableTopicSubscriptionManager", "globaldursubbytelimit")
-        backed_up = subscription.egress.nbytes > amount
-        over_budget = self.reading_bytes and self.reading_bytes + amount > budget
-        if backed_up or over_budget:
+        if self.reading_bytes and self.reading_bytes + amount > budget:
             self._later(topic, subscription)
             return
         key = subscription.durable_key
@@ -134,19 +149,29 @@ class ReplayManager:
         if subscription not in self._positions:
             self._finish(subscription)
             return
-        for seq, stored in batch.messages:
-            subscription.deliver(Message.from_stored(stored, seq))
-        self.replayed += len(batch.messages)
+        self._pending[subscription] = deque(
+            Message.from_stored(stored, seq) for seq, stored in batch.messages
+        )
         if batch.expired and batch.expired_removed:
             self.broker.expiry.expired(
                 topic.name, [Message.from_stored(m, 0) for m in batch.expired]
             )
         self._positions[subscription] = batch.last_seq
         if batch.at_end:
+            self._go_live(topic, subscription)
+        else:
+            self._later(topic, subscription)
+
+    def _go_live(self, topic: Topic, subscription: Subscription) -> None:
+        """The store has nothing more: hand over the rest as the window allows, then go live."""
+        if subscription not in self._positions:
+            self._finish(subscription)
+        elif self._hand_over(subscription):
             subscription.replaying = False
             self._finish(subscription)
         else:
-            self._later(topic, subscription)
+            pause = self.broker.settings.get_int("TopicFileStore", "replaysleep") / 1000
+            self.broker.runtime.call_later(pause, lambda: self._go_live(topic, subscription))
 
     def _read_failed(self, subscription: Subscription, error: Exception, amount: int) -> None:
         self.reading_bytes -= amount

@@ -1,14 +1,30 @@
-"""Per-client egress: frames waiting to be written to one client's socket.
+"""Per-client egress: the frames waiting to be written to one client's socket.
 
+Each client has the five egress priority queues of ``flow.egress_queues``:
+control frames (CONNECTED, RECEIPT, ERROR, heart-beats) on C-1, persistent
+messages on G-1, non-persistent ones on D-1..D-3 by class of service.
 Deliveries append here from anywhere in the pipeline; the socket writer (in
-``server/``) drains every egress that became non-empty in one write per burst.
-While the client's TCP window is closed the writer stops draining and frames
-wait here, which is what flow control and the priority egress queues build on.
+``server/``) drains every egress that became non-empty, by strict priority,
+into the client's TCP transmit queue, once per burst of work. While the
+client's TCP window is closed the writer stops draining, frames wait here,
+and consumers of a full queue are not ready.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
+
+from wiremq.modules.flow.egress_queues import (
+    DEFAULT_LIMITS,
+    EgressQueue,
+    EgressQueues,
+    Entry,
+    Policy,
+    QueueLimits,
+)
+
+CONTROL = EgressQueue.C1
 
 
 class EgressWriter(Protocol):
@@ -18,32 +34,57 @@ class EgressWriter(Protocol):
 
 
 class Outbox:
-    """The set of egresses with frames to write, flushed once per burst of work."""
+    """Egresses with frames to write, and work to run once they are written.
 
-    __slots__ = ("ready", "on_first_ready")
+    ``flush`` hands every ready egress to its writer, then runs the wake-ups
+    queued meanwhile (destinations whose consumers may have become ready as
+    frames were written), and repeats until nothing is left.
+    """
+
+    __slots__ = ("ready", "wakeups")
 
     def __init__(self) -> None:
         self.ready: list[Egress] = []
-        self.on_first_ready: object = None  # set by the server: schedules a flush
+        self.wakeups: dict[Callable[[], None], None] = {}
+
+    def wake(self, action: Callable[[], None]) -> None:
+        """Run ``action`` (once) after the current writes."""
+        self.wakeups[action] = None
 
     def flush(self) -> None:
-        """Hand every ready egress to its writer."""
-        while self.ready:
-            ready, self.ready = self.ready, []
-            for egress in ready:
-                egress.queued = False
-                if egress.writer is not None:
-                    egress.writer.drain(egress)
+        while True:
+            while self.ready:
+                ready, self.ready = self.ready, []
+                for egress in ready:
+                    egress.queued = False
+                    if egress.writer is not None:
+                        egress.writer.drain(egress)
+            if not self.wakeups:
+                return
+            wakeups, self.wakeups = self.wakeups, {}
+            for action in wakeups:
+                action()
+
+
+def _tell_owner(entry: Entry) -> None:
+    """A delivery was discarded (discard-oldest): its subscription gives back its window slot."""
+    owner = entry.owner
+    if owner is not None:
+        owner.discarded(entry)  # type: ignore[attr-defined]
 
 
 class Egress:
-    """Frames for one client, in the order they were produced."""
+    """One client's egress priority queues."""
 
-    __slots__ = ("parts", "nbytes", "outbox", "queued", "writer", "active", "close_requested")
+    __slots__ = ("queues", "outbox", "queued", "writer", "active", "close_requested")
 
-    def __init__(self, outbox: Outbox) -> None:
-        self.parts: list[bytes] = []
-        self.nbytes = 0
+    def __init__(
+        self,
+        outbox: Outbox,
+        limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
+        on_discard: Callable[[Entry], object] | None = None,
+    ) -> None:
+        self.queues = EgressQueues(limits, Policy.BLOCK, on_discard or _tell_owner)
         self.outbox = outbox
         self.queued = False
         self.writer: EgressWriter | None = None
@@ -51,29 +92,31 @@ class Egress:
         self.close_requested = False  # close the connection once everything is written
 
     def push(self, data: bytes) -> None:
-        """Queue one encoded frame."""
-        self.parts.append(data)
-        self.nbytes += len(data)
+        """Queue one encoded control frame."""
+        self.queues.enqueue(CONTROL, data, b"")
         self.active = True
         if not self.queued:
             self.queued = True
             self.outbox.ready.append(self)
 
-    def push_pair(self, head: bytes, tail: bytes) -> None:
-        """Queue a frame given as two pieces (a delivery head and a shared message tail)."""
-        self.parts.append(head)
-        self.parts.append(tail)
-        self.nbytes += len(head) + len(tail)
+    def push_message(
+        self, queue: int, head: bytes, tail: bytes, owner: object, message: object
+    ) -> None:
+        """Queue a MESSAGE frame (a delivery head and the message's shared tail)."""
+        self.queues.enqueue(queue, head, tail, owner, message)
         self.active = True
         if not self.queued:
             self.queued = True
             self.outbox.ready.append(self)
 
     def take(self) -> list[bytes]:
-        """Remove and return everything queued."""
-        parts = self.parts
-        self.parts = []
-        self.nbytes = 0
+        """Remove and return every queued frame's bytes, by priority (for sans-io use)."""
+        parts: list[bytes] = []
+
+        def write(entry: Entry, discarded: int) -> None:
+            parts.append(entry.head + entry.tail)
+
+        self.queues.drain(lambda: True, write)
         return parts
 
     def close_after_flush(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.codec import escape
 from wiremq.stores.records import StoredMessage
 
@@ -22,6 +23,8 @@ _FRAME_ONLY_HEADERS = frozenset(
     {"destination", "receipt", "transaction", "content-length", "message-id", "subscription", "ack"}
 )
 _SPECIAL = frozenset("\\\n:\r")
+CLASS_OF_SERVICE = "class-of-service"
+_BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
 
 
 class MessageOrigin(Protocol):
@@ -43,6 +46,7 @@ class Message:
         "expires",
         "store_seq",
         "arrival",
+        "egress_queue",
         "transaction",
         "receipt",
         "origin",
@@ -72,6 +76,12 @@ class Message:
         self.expires = expires  # ms since the epoch; 0 = never
         self.store_seq = 0  # position in its persistent store, once stored
         self.arrival = 0  # order of arrival in its queue, across delivery modes
+        # The client egress queue it is delivered through: G-1 if persistent, else D-<cos>.
+        self.egress_queue = (
+            EgressQueue.G1
+            if self.persistent
+            else _BY_CLASS_OF_SERVICE.get(headers.get("class-of-service", "1"), EgressQueue.D1)
+        )
         self.receipt = receipt
         self.transaction = transaction
         self.origin = origin
@@ -106,16 +116,20 @@ class Message:
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms
 
+    @property
+    def priority(self) -> int:
+        """JMS priority 0..9 from the ``priority`` header; 4 when absent or invalid."""
+        text = self.headers.get("priority", "")
+        return int(text) if text.isascii() and text.isdigit() and int(text) <= 9 else 4
+
     def to_stored(self, now_ms: int) -> StoredMessage:
         """The message as a persistent store keeps it."""
-        text = self.headers.get("priority", "")
-        priority = int(text) if text.isascii() and text.isdigit() and int(text) <= 9 else 4
         return StoredMessage(
             self.message_id,
             self.destination,
             tuple(self.user_headers),
             self.body,
-            priority=priority,
+            priority=self.priority,
             expires=self.expires,
             timestamp=now_ms,
         )
@@ -131,6 +145,7 @@ class Message:
             expires=stored.expires,
         )
         message.persistent = True
+        message.egress_queue = EgressQueue.G1
         message.store_seq = seq
         return message
 

@@ -8,12 +8,13 @@ moved, in group commits (fastdeletionsize / fastacknowledgesize).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from wiremq.config.settings import Settings
 from wiremq.modules.groupcommit import GroupCommit
+from wiremq.modules.pipeline import P2P, PUBSUB
 from wiremq.modules.runtime import Runtime
 from wiremq.stores.durable import SubscriptionInfo
 from wiremq.stores.persqueue import PersQueueStore
@@ -43,11 +44,13 @@ class Persistence:
         self.queue_worker = runtime.worker("persqueue")
         self.topic_worker = runtime.worker("topics")
         delay = settings.get_int("P2PStore", "maxdelay") / 1000
+        # Told which destinations a commit changed (the broker updates its watermarks).
+        self.on_store_changed: Callable[[str, Iterable[str]], None] = lambda domain, names: None
         self.removals: GroupCommit[QueuePosition, int] = GroupCommit(
             runtime,
             self.queue_worker,
             self._remove,
-            lambda batch, count: None,
+            lambda batch, count: self.on_store_changed(P2P, {queue for queue, _ in batch}),
             lambda batch, error: log.error("store.remove_failed", error=str(error)),
             size=lambda item: 0,
             max_items=settings.get_int("PersQueueFileStore", "fastdeletionsize"),
@@ -58,7 +61,7 @@ class Persistence:
             runtime,
             self.topic_worker,
             self._acknowledge,
-            lambda batch, result: None,
+            lambda batch, result: self.on_store_changed(PUBSUB, self.durable_topics),
             lambda batch, error: log.error("store.acknowledge_failed", error=str(error)),
             size=lambda item: 0,
             max_items=settings.get_int("TopicFileStore", "fastacknowledgesize"),

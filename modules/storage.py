@@ -63,15 +63,19 @@ class StorageModule(PipelineModule):
 
     def handle(self, message: Message) -> None:
         target = message.target
+        assert target is not None
         if message.persistent:
             if self.buffer is None:
                 refuse(message, "this server has no persistent store")
                 return
-            if isinstance(target, Queue):
-                target.arrived(message)
-                self.buffer.add(message)
-                return
-            if self._has_durables(message.destination):
+            queue = isinstance(target, Queue)
+            if queue or self._has_durables(message.destination):
+                reason = self.context.broker.spool.check(message, target)
+                if reason is not None:
+                    refuse(message, reason)
+                    return
+                if queue:
+                    target.arrived(message)
                 self.buffer.add(message)
                 return
         elif isinstance(target, Queue):
@@ -87,6 +91,7 @@ class StorageModule(PipelineModule):
         for message, seq in zip(batch, seqs, strict=True):
             message.store_seq = seq or 0
             downstream(message)
+        self.context.broker.store_changed(self.context.domain, {m.destination for m in batch})
 
     def _not_stored(self, batch: list[Message], error: Exception) -> None:
         log.error("store.append_failed", messages=len(batch), error=str(error))

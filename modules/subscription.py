@@ -1,15 +1,28 @@
-"""A consumer: one SUBSCRIBE of one connection, and the messages it has not acknowledged."""
+"""A consumer: one SUBSCRIBE of one connection, its window, and what it has not acknowledged.
+
+The window (consumerQueueEntriesSize / consumerQueueEntriesBytes, or the
+SUBSCRIBE's own) counts messages handed to the consumer and not yet
+acknowledged (client modes) or not yet written to its socket (auto mode); the
+server never exceeds it. A consumer with a full window, or whose client's
+egress queue for the message is full, is not ready: a queue skips it for the
+others, a topic keeps the message in its live buffer for it.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from wiremq.modules.egress import Egress
+from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
 from wiremq.modules.message import Message
 from wiremq.modules.stomp.codec import escape
 
 if TYPE_CHECKING:
+    from wiremq.modules.broker import Broker
+    from wiremq.modules.client import ClientConnection
     from wiremq.modules.destinations import Destination
+
+DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 
 
 class Subscription:
@@ -25,6 +38,7 @@ class Subscription:
         "sub_id",
         "number",
         "destination",
+        "broker",
         "ack_mode",
         "egress",
         "flavour",
@@ -34,6 +48,15 @@ class Subscription:
         "durable_key",
         "replaying",
         "acked_position",
+        "window_messages",
+        "window_bytes",
+        "inflight_messages",
+        "inflight_bytes",
+        "waiting",
+        "cursor",
+        "policy",
+        "delivered",
+        "client",
     )
 
     def __init__(
@@ -45,10 +68,13 @@ class Subscription:
         egress: Egress,
         version: str,
         durable_key: tuple[str, str] | None = None,
+        window: tuple[int, int] = (1 << 62, 1 << 62),
+        policy: str = "block",
     ) -> None:
         self.sub_id = sub_id
         self.number = number
         self.destination = destination
+        self.broker: Broker = destination.broker
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
@@ -61,21 +87,87 @@ class Subscription:
         self.durable_key = durable_key  # (client id, name) of a durable topic subscription
         self.replaying = durable_key is not None  # catching up from the store first
         self.acked_position = 0  # a durable subscriber's acknowledged store position
+        self.window_messages, self.window_bytes = window
+        self.inflight_messages = 0
+        self.inflight_bytes = 0
+        self.waiting = False  # a destination skipped it for not being ready
+        self.cursor = 0  # next index in its topic's live buffer
+        self.policy = policy  # a topic subscriber's slow-subscriber policy
+        self.delivered = 0
+        self.client: ClientConnection  # set by the connection that made it
+
+    # -- readiness -------------------------------------------------------------------------
+
+    def ready_for(self, message: Message) -> bool:
+        """Whether the consumer can take ``message`` now (the window's whole-message rule:
+        a message is handed over while the window is not yet full)."""
+        queue = message.egress_queue
+        if self.policy == "discard-oldest" and queue in DISCARDABLE:
+            return True  # its own egress queue discards: it never holds anyone up
+        if self.inflight_messages >= self.window_messages or (
+            self.inflight_bytes >= self.window_bytes
+        ):
+            return False
+        if self.unacked is not None and self.broker.unacked_limit_reached(self):
+            return False
+        queues = self.egress.queues
+        return queues.policy is Policy.DISCARD_OLDEST or queues.has_room(queue, message.size)
+
+    @property
+    def ready(self) -> bool:
+        """Ready in general (for the admin view): the window has room."""
+        return (
+            self.inflight_messages < self.window_messages
+            and self.inflight_bytes < self.window_bytes
+        )
+
+    def _wake(self) -> None:
+        if self.waiting:
+            self.waiting = False
+            self.egress.outbox.wake(self.destination.consumer_ready)
+
+    # -- delivery --------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
         tail = message.wire_tail(self.flavour)
+        self.inflight_messages += 1
+        self.inflight_bytes += message.size
+        self.delivered += 1
         unacked = self.unacked
         if unacked is None:
-            self.egress.push_pair(self.head, tail)
+            self.egress.push_message(message.egress_queue, self.head, tail, self, message)
             if message.store_seq:  # auto mode: taken is acknowledged
                 self.destination.acknowledged(self, [message])
             return
         unacked[message.message_id] = message
-        if self.ack_suffix is None:
-            self.egress.push_pair(self.head, tail)
-        else:
-            ack = b"ack:" + message.message_id.encode() + self.ack_suffix
-            self.egress.push_pair(self.head + ack, tail)
+        self.broker.delivered_unacked += 1
+        head = self.head
+        if self.ack_suffix is not None:
+            head += b"ack:" + message.message_id.encode() + self.ack_suffix
+        self.egress.push_message(message.egress_queue, head, tail, self, message)
+
+    def written(self, entry: Entry) -> None:
+        """The writer put a delivery on the socket: an auto-mode window slot is free."""
+        if self.unacked is None:
+            message = entry.item
+            assert isinstance(message, Message)
+            self.inflight_messages -= 1
+            self.inflight_bytes -= message.size
+        self._wake()
+
+    def discarded(self, entry: Entry) -> None:
+        """The client's egress queue discarded a delivery (discard-oldest)."""
+        message = entry.item
+        assert isinstance(message, Message)
+        if self.unacked is not None:
+            if self.unacked.pop(message.message_id, None) is None:
+                return
+            self.broker.acknowledged_count(1)
+        self.inflight_messages -= 1
+        self.inflight_bytes -= message.size
+        self._wake()
+
+    # -- acknowledgement -------------------------------------------------------------------
 
     def take_acknowledged(self, message_id: str) -> list[Message]:
         """Remove what an ACK/NACK of ``message_id`` covers (client mode: all up to it).
@@ -85,13 +177,16 @@ class Subscription:
         unacked = self.unacked
         assert unacked is not None
         if self.ack_mode == "client-individual":
-            return [unacked.pop(message_id)]
-        covered = []
-        for key in unacked:
-            covered.append(key)
-            if key == message_id:
-                break
-        return [unacked.pop(key) for key in covered]
+            messages = [unacked.pop(message_id)]
+        else:
+            covered = []
+            for key in unacked:
+                covered.append(key)
+                if key == message_id:
+                    break
+            messages = [unacked.pop(key) for key in covered]
+        self._release(messages)
+        return messages
 
     def take_unacked(self) -> list[Message]:
         """Remove and return every unacknowledged message, oldest first."""
@@ -99,4 +194,29 @@ class Subscription:
             return []
         messages = list(self.unacked.values())
         self.unacked.clear()
+        self._release(messages)
         return messages
+
+    def _release(self, messages: list[Message]) -> None:
+        self.inflight_messages -= len(messages)
+        self.inflight_bytes -= sum(m.size for m in messages)
+        self.broker.acknowledged_count(len(messages))
+        self._wake()
+
+    def state(self) -> dict[str, object]:
+        """Flow-control state for the admin view."""
+        return {
+            "id": self.sub_id,
+            "destination": self.destination.name,
+            "ack": self.ack_mode,
+            "ready": self.ready,
+            "window_messages": self.window_messages,
+            "window_bytes": self.window_bytes,
+            "inflight_messages": self.inflight_messages,
+            "inflight_bytes": self.inflight_bytes,
+            "unacked": len(self.unacked) if self.unacked is not None else None,
+            "delivered": self.delivered,
+            "durable": "/".join(self.durable_key) if self.durable_key else None,
+            "replaying": self.replaying if self.durable_key else None,
+            "policy": self.policy,
+        }

@@ -17,10 +17,13 @@ from wiremq.modules.broker import Broker
 from wiremq.modules.catalog import build_chain
 from wiremq.modules.cleanup import Periodic, StoreCleanup, SweepStep
 from wiremq.modules.egress import Outbox
+from wiremq.modules.flow.egress_queues import QueueLimits
+from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
-from wiremq.modules.pipeline import ModuleContext
+from wiremq.modules.pipeline import P2P, PUBSUB, ModuleContext
 from wiremq.modules.stomp.codec import DecoderLimits
+from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
@@ -61,6 +64,13 @@ class WiremqServer:
             ),
         )
         self.broker = Broker(settings, self.runtime)
+        depth = settings.get_int("ClientEgress", "maxdepth")
+        burst = settings.get_int("ClientEgress", "minmsgburst")
+        self.egress_limits = (
+            *(QueueLimits(depth, burst) for _ in range(4)),  # C-1, D-3, D-2, D-1
+            QueueLimits(depth, settings.get_int("ClientEgress", "g1minmsgburst")),  # G-1
+        )
+        self.transmit_bound = settings.get_int("ClientEgress", "tcptransmitbytes")
 
     @property
     def port(self) -> int:
@@ -115,9 +125,12 @@ class WiremqServer:
                 by_destination.setdefault(stored.destination, []).append(message)
             for destination, messages in by_destination.items():
                 broker.expiry.expired(destination, messages)
+            for domain, store in ((P2P, persistence.queues), (PUBSUB, persistence.topics)):
+                broker.store_changed(domain, store.destinations())
 
         def collected(removed: list[StoredMessage]) -> None:
             log.debug("topics.collected", messages=len(removed))
+            broker.store_changed(PUBSUB, {m.destination for m in removed})
 
         queues, topics = persistence.queues, persistence.topics
         self.cleanups = [
@@ -147,9 +160,64 @@ class WiremqServer:
                 lambda: settings.get_float("DestinationManager", "qlbcleanupinterval"),
                 broker.sweep_live_buffers,
             ),
+            Periodic(
+                runtime,
+                lambda: settings.get_float("DestinationManager", "tlbcleanupinterval"),
+                broker.sweep_topic_buffers,
+            ),
+            Periodic(
+                runtime,
+                lambda: settings.get_float("SlowSubscriber", "checkinterval"),
+                self.check_slow_subscribers,
+            ),
         ]
         for cleanup in self.cleanups:
             cleanup.start()
+
+    def check_slow_subscribers(self) -> None:
+        """Events before (and, when configured, when) slow subscribers are disconnected."""
+        settings = self.settings
+        policy = SlowSubscriberPolicy(
+            warn_share=settings.get_float("SlowSubscriber", "warnshare"),
+            disconnect_share=settings.get_float("SlowSubscriber", "disconnectshare"),
+            disconnect_enabled=settings.get("SlowSubscriber", "disconnect") is True,
+            disconnect_load_factor=settings.get_float("SlowSubscriber", "loadfactor"),
+        )
+        connections = list(self.connections)
+        load = egress_load_factor(c.egress.queues for c in connections)
+        for connection in connections:
+            share = connection.writer.slowness.share()
+            verdict = policy.verdict(share, load)
+            if verdict is connection.slow_verdict:
+                continue
+            connection.slow_verdict = verdict
+            session = connection.client.session
+            if verdict is Verdict.OK:
+                log.info("client.slow_cleared", session=session.session_id, share=share)
+            elif verdict is Verdict.WARN:
+                log.warning("client.slow", session=session.session_id, share=share, load=load)
+            else:
+                log.warning(
+                    "client.slow_disconnected", session=session.session_id, share=share, load=load
+                )
+                session.fail(ProtocolError("slow subscriber", "disconnected for falling behind"))
+        self.outbox.flush()
+
+    def flow_state(self) -> dict[str, Any]:
+        """The broker's flow-control state plus each connection's socket-side view."""
+        state = self.broker.flow_state()
+        connections = list(self.connections)
+        state["egress_load_factor"] = egress_load_factor(c.egress.queues for c in connections)
+        state["sockets"] = [
+            {
+                "session": c.client.session.session_id,
+                "blocked": c.writer.paused,
+                "slowness": c.writer.slowness.share(),
+                "verdict": c.slow_verdict.name,
+            }
+            for c in connections
+        ]
+        return state
 
     @defer.inlineCallbacks
     def stop(self) -> Any:

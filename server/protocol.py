@@ -13,6 +13,7 @@ from twisted.python.failure import Failure
 
 from wiremq.modules.client import ClientConnection
 from wiremq.modules.egress import Egress
+from wiremq.modules.flow.slowness import Verdict
 from wiremq.server.writer import SocketWriter
 
 if TYPE_CHECKING:
@@ -32,15 +33,17 @@ class StompProtocol(Protocol):
         transport = cast(tcp.Server, self.transport)
         transport.setTcpNoDelay(True)
         peer = cast(IPv4Address, transport.getPeer())
-        self.egress = Egress(server.outbox)
-        self.writer = SocketWriter(transport, self.egress)
+        self.egress = Egress(server.outbox, server.egress_limits)
+        self.writer = SocketWriter(transport, self.egress, server.transmit_bound, server.clock)
         self.client = ClientConnection(
             server.broker,
             self.egress,
             server.clock,
             f"{peer.host}:{peer.port}",
             server.session_settings,
+            TransportReader(transport),
         )
+        self.slow_verdict = Verdict.OK
         server.connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
@@ -71,6 +74,19 @@ class StompProtocol(Protocol):
         self.server.outbox.flush()
         if self.on_lost is not None:
             self.on_lost.callback(None)
+
+
+class TransportReader:
+    """Stops and restarts reading a connection's socket: the producer side of flow control."""
+
+    def __init__(self, transport: tcp.Server) -> None:
+        self.transport = transport
+
+    def pause(self) -> None:
+        self.transport.pauseProducing()
+
+    def resume(self) -> None:
+        self.transport.resumeProducing()
 
 
 class StompFactory(Factory):

@@ -1,36 +1,84 @@
-"""The socket writer: drains a client's egress into its transport, as a push producer.
+"""The socket writer: drains a client's egress queues into its transport, as a push producer.
 
 Registered with the transport as a streaming producer, it is paused by Twisted
-when the transport's write buffer is over its bound (the client's TCP window
-is closed and the kernel buffer full) and resumed when it drains; while paused
-frames wait in the egress instead of piling up in the transport.
+when the transport's write buffer is over its bound (``tcptransmitbytes``: the
+client's TCP window is closed and the kernel buffer full) and resumed when it
+drains. Each drain moves whole messages, by strict priority, while less than
+the bound has been moved (the whole-message rule of a byte-bounded transmit
+queue); while paused, frames wait in the egress queues, where flow control
+sees them. A MESSAGE written after discards carries ``discarded:<count>``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from wiremq.modules.egress import Egress
+from wiremq.modules.flow.egress_queues import Entry
+from wiremq.modules.flow.slowness import SlownessMeter
+
+DISCARD_HEADER = b"discarded:"
 
 
 @implementer(IPushProducer)
 class SocketWriter:
-    def __init__(self, transport: FileDescriptor, egress: Egress) -> None:
+    def __init__(
+        self,
+        transport: FileDescriptor,
+        egress: Egress,
+        bound: int,
+        clock: Callable[[], float],
+    ) -> None:
         self.transport = transport
         self.egress = egress
+        self.bound = bound
         self.paused = False
         self.stopped = False
+        self.slowness = SlownessMeter(clock)
         egress.writer = self
+        transport.bufferSize = bound
         transport.registerProducer(self, True)
 
     def drain(self, egress: Egress) -> None:
-        """Write everything queued in one call, unless the socket is backed up."""
+        """Write whole frames by priority, up to the transmit bound, in one call."""
+        queues = egress.queues
         if self.paused or self.stopped:
+            if self.paused and queues.pending:
+                self.slowness.blocked()  # data to send, and the client's window is closed
             return
-        if egress.parts:
-            self.transport.writeSequence(egress.take())
+        if queues.pending:
+            parts: list[bytes] = []
+            size = 0
+            bound = self.bound
+
+            def room() -> bool:
+                return size < bound
+
+            def write(entry: Entry, discarded: int) -> None:
+                nonlocal size
+                head = entry.head
+                if discarded:
+                    head = head[:8] + DISCARD_HEADER + b"%d\n" % discarded + head[8:]
+                parts.append(head)
+                tail = entry.tail
+                if tail:
+                    parts.append(tail)
+                size += len(head) + len(tail)
+                owner = entry.owner
+                if owner is not None:
+                    owner.written(entry)  # type: ignore[attr-defined]
+
+            queues.drain(room, write)
+            self.transport.writeSequence(parts)
+            if queues.pending:  # more than one bound's worth: go on once written
+                if not egress.queued:
+                    egress.queued = True
+                    egress.outbox.ready.append(egress)
+                return
         if egress.close_requested:
             self.stopped = True
             self.transport.pauseProducing()  # read nothing more from a closing client
@@ -39,10 +87,14 @@ class SocketWriter:
 
     def pauseProducing(self) -> None:
         self.paused = True
+        if self.egress.queues.pending:
+            self.slowness.blocked()
 
     def resumeProducing(self) -> None:
         self.paused = False
+        self.slowness.unblocked()
         self.drain(self.egress)
+        self.egress.outbox.flush()
 
     def stopProducing(self) -> None:
         self.stopped = True

@@ -106,17 +106,21 @@ DEFAULT_LIMITS: tuple[QueueLimits, ...] = (
 class Entry:
     """One frame waiting: ``head`` + ``tail`` on the wire, and who delivered it.
 
-    ``owner`` is opaque here (the subscription, or None for control frames);
-    the writer tells it when the entry was written.
+    ``owner`` and ``item`` are opaque here (the subscription and the message,
+    or None for control frames); the writer tells the owner when the entry was
+    written, and a discard tells it which item was lost.
     """
 
-    __slots__ = ("head", "tail", "owner", "work")
+    __slots__ = ("head", "tail", "owner", "work", "item")
 
-    def __init__(self, head: bytes, tail: bytes, owner: object, work: int) -> None:
+    def __init__(
+        self, head: bytes, tail: bytes, owner: object, work: int, item: object = None
+    ) -> None:
         self.head = head
         self.tail = tail
         self.owner = owner
         self.work = work
+        self.item = item
 
     @property
     def nbytes(self) -> int:
@@ -181,7 +185,9 @@ class EgressQueues:
         self._discarded = 0  # discards not yet indicated to the client
         self._on_discard = on_discard
 
-    def enqueue(self, queue: int, head: bytes, tail: bytes, owner: object = None) -> None:
+    def enqueue(
+        self, queue: int, head: bytes, tail: bytes, owner: object = None, item: object = None
+    ) -> None:
         """Queue a frame on ``queue`` (an ``EgressQueue``); see the module docstring."""
         q = self._queues[queue]
         # work_units() inlined (2048 == 1 << 11): this is the hot path.
@@ -196,7 +202,7 @@ class EgressQueues:
         ):
             self._discard_for(q, work)
             depth = q.work + work
-        entries.append(Entry(head, tail, owner, work))
+        entries.append(Entry(head, tail, owner, work, item))
         q.work = depth
         if depth > q.hwm:
             q.hwm = depth

@@ -1,0 +1,126 @@
+"""Spool checks: what a persistent message must pass before the server takes it (seed 001).
+
+A guaranteed message is acknowledged only once spooled, so one that cannot be
+spooled is refused at once with the reason, never silently dropped: the
+destination is shut down, the message is larger than the destination's
+maxmsgsize, the destination's spoolquota or the whole spool (maxspoolusage)
+would be exceeded, the destination is past its low-priority reject limit and
+the message's priority is below 4, or the destination is full and its
+``whenfull`` policy is ``fail``. Spool usage raises an event when it crosses
+usagesetpercent of a quota and another when it falls back to usageclearpercent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import structlog
+
+from wiremq.modules.flow.threshold import Threshold, Transition, percent_threshold
+from wiremq.modules.message import Message
+from wiremq.modules.pipeline import P2P
+
+if TYPE_CHECKING:
+    from wiremq.modules.broker import Broker
+    from wiremq.modules.destinations import Destination
+
+log = structlog.get_logger("wiremq.spool")
+
+LOW_PRIORITY = 4  # JMS priorities 0..3 are low
+
+
+class Spool:
+    """The checks, their refusal statistics, and the usage events."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.refused: Counter[str] = Counter()
+        self._usage: dict[str, tuple[Threshold, int]] = {}  # scope -> (threshold, its quota)
+
+    def check(self, message: Message, target: Destination) -> str | None:
+        """The reason ``message`` cannot be spooled, or None if it can."""
+        reason = self._reason(message, target)
+        if reason is not None:
+            self.refused[reason.split(":")[0]] += 1
+            log.info(
+                "spool.refused",
+                destination=target.name,
+                message_id=message.message_id,
+                receipt=message.receipt,
+                reason=reason,
+            )
+        return reason
+
+    def _reason(self, message: Message, target: Destination) -> str | None:
+        persistence = self.broker.persistence
+        assert persistence is not None
+        store = persistence.queues if target.domain == P2P else persistence.topics
+        if target.setting("shutdown") is True:
+            return "destination shut down: it accepts no persistent messages"
+        size = message.size
+        max_size = int(target.setting("maxmsgsize"))
+        if max_size >= 0 and size > max_size:
+            return f"message too large: {size} bytes, the destination takes at most {max_size}"
+        quota = int(target.setting("spoolquota"))
+        if quota >= 0 and store.byte_count(target.name) + size > quota:
+            return f"destination spool quota exceeded: its quota is {quota} bytes"
+        spool_limit = self.broker.settings.get_int("MessageSpool", "maxspoolusage")
+        used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
+        if spool_limit >= 0 and used + size > spool_limit:
+            return f"message spool full: {used} of {spool_limit} bytes in use"
+        reject_limit = int(target.setting("lowpriorityrejectlimit"))
+        if (
+            reject_limit >= 0
+            and message.priority < LOW_PRIORITY
+            and store.count(target.name) >= reject_limit
+        ):
+            return (
+                f"low-priority reject limit: the destination holds {reject_limit} or more "
+                f"messages and takes no more of priority below {LOW_PRIORITY}"
+            )
+        if target.setting("whenfull") == "fail" and self._full(target):
+            return "destination full: over its store's high watermark (whenfull is fail)"
+        return None
+
+    def _full(self, target: Destination) -> bool:
+        own = target.store_watermark
+        return (own is not None and own.tripped) or self.broker.store_watermarks[
+            target.domain
+        ].tripped
+
+    def usage_changed(self, target: Destination | None) -> None:
+        """Raise or clear usage events after a store's counts changed."""
+        persistence = self.broker.persistence
+        assert persistence is not None
+        settings = self.broker.settings
+        used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
+        self._update("message spool", settings.get_int("MessageSpool", "maxspoolusage"), used)
+        if target is not None:
+            store = persistence.queues if target.domain == P2P else persistence.topics
+            quota = int(target.setting("spoolquota"))
+            self._update(target.name, quota, store.byte_count(target.name))
+
+    def _update(self, scope: str, quota: int, used: int) -> None:
+        if quota <= 0:
+            return
+        known = self._usage.get(scope)
+        if known is None or known[1] != quota:
+            settings = self.broker.settings
+            threshold = percent_threshold(
+                quota,
+                settings.get_int("MessageSpool", "usagesetpercent"),
+                settings.get_int("MessageSpool", "usageclearpercent"),
+            )
+            known = self._usage[scope] = (threshold, quota)
+        transition = known[0].update(used)
+        if transition is Transition.SET:
+            log.warning("spool.usage_high", scope=scope, used=used, quota=quota)
+        elif transition is Transition.CLEAR:
+            log.info("spool.usage_normal", scope=scope, used=used, quota=quota)
+
+    def state(self) -> dict[str, object]:
+        return {
+            "refused": dict(self.refused),
+            "usage_high": [scope for scope, (t, _) in self._usage.items() if t.is_set],
+        }
