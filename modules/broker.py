@@ -182,7 +182,7 @@ class Broker:
             subscription=subscription.sub_id,
         )
         subscription.client.detach(subscription)
-        subscription.client.session.fail(
+        subscription.client.drop(
             ProtocolError(
                 "slow subscriber",
                 f"{subscription.destination.name} disconnects subscribers that fall behind",

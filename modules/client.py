@@ -319,6 +319,12 @@ class ClientConnection:
         if not self.stops and self.reader is not None:
             self.reader.resume()
 
+    def drop(self, error: ProtocolError) -> None:
+        """Disconnect a client that does not read (a slow subscriber): its ERROR is sent if
+        its socket takes it, and the connection is closed without waiting."""
+        self.egress.abort = True
+        self.session.fail(error)
+
     def state(self) -> dict[str, object]:
         """Flow-control state of this connection, for the admin view."""
         return {
@@ -332,12 +338,17 @@ class ClientConnection:
             "egress": self.egress.queues.stats(),
         }
 
-    def connection_lost(self) -> None:
-        """The socket closed: give back unacknowledged messages and drop transactions."""
+    def closing(self) -> None:
+        """The session is closing: end the subscriptions (what they had not acknowledged
+        goes back to their queues) and drop open transactions."""
         for subscription in list(self.subscriptions.values()):
             self.detach(subscription)
-        self.broker.forget_producer(self)
         self.broker.transactions.abort_all(self)
+
+    def connection_lost(self) -> None:
+        """The socket closed: end everything this client had."""
+        self.closing()
+        self.broker.forget_producer(self)
         self.broker.clients.discard(self)
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
 

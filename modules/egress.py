@@ -76,7 +76,7 @@ def _tell_owner(entry: Entry) -> None:
 class Egress:
     """One client's egress priority queues."""
 
-    __slots__ = ("queues", "outbox", "queued", "writer", "active", "close_requested")
+    __slots__ = ("queues", "outbox", "queued", "writer", "active", "close_requested", "abort")
 
     def __init__(
         self,
@@ -90,6 +90,7 @@ class Egress:
         self.writer: EgressWriter | None = None
         self.active = False  # something was queued since the last heart-beat check
         self.close_requested = False  # close the connection once everything is written
+        self.abort = False  # close without waiting for a client that does not read
 
     def push(self, data: bytes) -> None:
         """Queue one encoded control frame."""
@@ -110,11 +111,14 @@ class Egress:
             self.outbox.ready.append(self)
 
     def take(self) -> list[bytes]:
-        """Remove and return every queued frame's bytes, by priority (for sans-io use)."""
+        """Remove and return every queued frame's bytes, by priority, telling their owners
+        they were written: what a socket writer does, for sans-io use."""
         parts: list[bytes] = []
 
         def write(entry: Entry, discarded: int) -> None:
             parts.append(entry.head + entry.tail)
+            if entry.owner is not None:
+                entry.owner.written(entry)  # type: ignore[attr-defined]
 
         self.queues.drain(lambda: True, write)
         return parts

@@ -136,8 +136,6 @@ class Subscription:
         unacked = self.unacked
         if unacked is None:
             self.egress.push_message(message.egress_queue, self.head, tail, self, message)
-            if message.store_seq:  # auto mode: taken is acknowledged
-                self.destination.acknowledged(self, [message])
             return
         unacked[message.message_id] = message
         self.broker.delivered_unacked += 1
@@ -147,12 +145,16 @@ class Subscription:
         self.egress.push_message(message.egress_queue, head, tail, self, message)
 
     def written(self, entry: Entry) -> None:
-        """The writer put a delivery on the socket: an auto-mode window slot is free."""
+        """The writer put a delivery on the socket. In auto mode that frees its window
+        slot and acknowledges it: a delivery never written (the client went away first)
+        is not acknowledged, so a stored one is delivered again."""
         if self.unacked is None:
             message = entry.item
             assert isinstance(message, Message)
             self.inflight_messages -= 1
             self.inflight_bytes -= message.size
+            if message.store_seq:
+                self.destination.acknowledged(self, [message])
         self._wake()
 
     def discarded(self, entry: Entry) -> None:

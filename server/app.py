@@ -200,7 +200,9 @@ class WiremqServer:
                 log.warning(
                     "client.slow_disconnected", session=session.session_id, share=share, load=load
                 )
-                session.fail(ProtocolError("slow subscriber", "disconnected for falling behind"))
+                connection.client.drop(
+                    ProtocolError("slow subscriber", "disconnected for falling behind")
+                )
         self.outbox.flush()
 
     def flow_state(self) -> dict[str, Any]:

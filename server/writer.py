@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twisted.internet.abstract import FileDescriptor
 from twisted.internet.interfaces import IPushProducer
+from twisted.internet.tcp import Connection
 from zope.interface import implementer
 
 from wiremq.modules.egress import Egress
@@ -28,7 +28,7 @@ DISCARD_HEADER = b"discarded:"
 class SocketWriter:
     def __init__(
         self,
-        transport: FileDescriptor,
+        transport: Connection,
         egress: Egress,
         bound: int,
         clock: Callable[[], float],
@@ -46,6 +46,9 @@ class SocketWriter:
     def drain(self, egress: Egress) -> None:
         """Write whole frames by priority, up to the transmit bound, in one call."""
         queues = egress.queues
+        if self.paused and egress.abort and egress.close_requested and not self.stopped:
+            self._close(egress)  # a slow subscriber is dropped without waiting for it
+            return
         if self.paused or self.stopped:
             if self.paused and queues.pending:
                 self.slowness.blocked()  # data to send, and the client's window is closed
@@ -80,9 +83,15 @@ class SocketWriter:
                     egress.outbox.ready.append(egress)
                 return
         if egress.close_requested:
-            self.stopped = True
-            self.transport.pauseProducing()  # read nothing more from a closing client
-            self.transport.unregisterProducer()
+            self._close(egress)
+
+    def _close(self, egress: Egress) -> None:
+        self.stopped = True
+        self.transport.pauseProducing()  # read nothing more from a closing client
+        self.transport.unregisterProducer()
+        if egress.abort:
+            self.transport.abortConnection()
+        else:
             self.transport.loseConnection()
 
     def pauseProducing(self) -> None:

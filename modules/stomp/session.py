@@ -46,6 +46,9 @@ class SessionHandler(Protocol):
     def when_idle(self, action: Callable[[], None]) -> None:
         """Run ``action`` once every message this client sent has left the pipeline."""
 
+    def closing(self) -> None:
+        """The session is closing (after DISCONNECT or an ERROR): deliver nothing more."""
+
 
 class StompSession:
     """Protocol state of one client connection."""
@@ -156,6 +159,7 @@ class StompSession:
         """Close once queued frames are written; later input is ignored."""
         if not self.closed:
             self.closed = True
+            self.handler.closing()
             self.egress.close_after_flush()
 
     def _escape(self, value: str) -> bytes:

@@ -20,6 +20,7 @@ class RecordingHandler:
         self.calls: list[tuple] = []
         self.refusal: ProtocolError | None = None  # raised by every request when set
         self.deferred: list | None = None  # when a list, when_idle actions wait in it
+        self.closings = 0  # times the session said it is closing
 
     def _record(self, *call) -> None:
         self.calls.append(call)
@@ -44,6 +45,9 @@ class RecordingHandler:
 
     def on_transaction(self, frame, transaction):
         self._record(frame.command.lower(), transaction)
+
+    def closing(self):
+        self.closings += 1
 
     def when_idle(self, action):
         if self.deferred is None:
@@ -319,6 +323,7 @@ def test_disconnect_sends_its_receipt_and_closes():
     assert client.output() == [Frame("RECEIPT", {"receipt-id": "bye"})]
     assert client.session.closed and client.egress.close_requested
     assert client.handler.calls == [("connect", "CONNECT")]
+    assert client.handler.closings == 1  # the broker side ends its subscriptions
 
 
 # -- heart-beats -----------------------------------------------------------------------
