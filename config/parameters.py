@@ -240,6 +240,17 @@ for _group, _file, _what in (
     ]
 PARAMETERS += [
     Parameter(
+        "Server",
+        "packinterval",
+        float,
+        600.0,
+        "Time between two packs of the stores' databases, which give back the space of "
+        "removed messages (0: never)",
+        unit="s",
+        minimum=0.0,
+        maximum=30 * 86400.0,
+    ),
+    Parameter(
         "PersQueueFileStore",
         "expiryonread",
         bool,

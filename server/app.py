@@ -171,8 +171,24 @@ class WiremqServer:
                 self.check_slow_subscribers,
             ),
         ]
+        if settings.get_float("Server", "packinterval") > 0:
+            self.cleanups.append(
+                Periodic(runtime, lambda: settings.get_float("Server", "packinterval"), self.pack)
+            )
         for cleanup in self.cleanups:
             cleanup.start()
+
+    def pack(self) -> None:
+        """Pack the databases on a worker of their own: commits go on meanwhile."""
+        stores = self.stores
+        if stores is None:
+            return
+        started = time.monotonic()
+        self.runtime.worker("pack").submit(
+            stores.pack,
+            lambda _: log.info("store.packed", seconds=round(time.monotonic() - started, 3)),
+            lambda error: log.error("store.pack_failed", error=str(error)),
+        )
 
     def check_slow_subscribers(self) -> None:
         """Events before (and, when configured, when) slow subscribers are disconnected."""

@@ -44,6 +44,11 @@ class OpenStores:
             self.close_databases()
             raise
 
+    def pack(self) -> None:
+        """Drop removed records from every database (blocking: run it on a worker)."""
+        for db in self.databases.values():
+            db.pack()
+
     def close(self) -> None:
         self.queues.close()
         self.topics.close()

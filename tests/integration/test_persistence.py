@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect
+from wiremq.modules.events import EVENTS
 
 PERSISTENT = {"persistent": "true"}
 
@@ -155,3 +158,25 @@ def test_a_durable_subscription_cannot_be_active_twice(server):
     assert second.next_frame().command == "CONNECTED"
     error = second.next_frame()
     assert error.headers["message"] == "durable subscription in use"
+
+
+def test_packing_gives_back_the_space_of_acknowledged_messages(start_server, tmp_path):
+    server = start_server(**{"Server.packinterval": "0.3"})
+    path = tmp_path / "data" / "persqueue.fs"
+    packed: list[dict] = []
+    stop = EVENTS.subscribe(lambda e: packed.append(e) if e["event"] == "store.packed" else None)
+    try:
+        _fill(server.port, "/queue/pack", ["x" * 2000 for _ in range(100)])
+        full = path.stat().st_size
+        _, _, messages = _drain(server.port, "/queue/pack", 100)
+        assert server.broker.persistence.queues.count("/queue/pack") in range(0, 101)
+        deadline = time.monotonic() + 10
+        while server.broker.persistence.queues.count("/queue/pack") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen = len(packed)
+        while len(packed) < seen + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop()
+    assert len(packed) >= seen + 2, "the store was packed after the removals"
+    assert path.stat().st_size < full / 2
