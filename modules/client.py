@@ -310,14 +310,20 @@ class ClientConnection:
 
     def stop_reading(self, reason: object) -> None:
         """A watermark stops this producer: its socket is not read until it clears."""
-        if not self.stops and self.reader is not None:
-            self.reader.pause()
+        if not self.stops:
+            self.session.reading_stopped(True)
+            if self.reader is not None:
+                self.reader.pause()
         self.stops.add(reason)
 
     def start_reading(self, reason: object) -> None:
+        if reason not in self.stops:
+            return
         self.stops.discard(reason)
-        if not self.stops and self.reader is not None:
-            self.reader.resume()
+        if not self.stops:
+            self.session.reading_stopped(False)
+            if self.reader is not None:
+                self.reader.resume()
 
     def drop(self, error: ProtocolError) -> None:
         """Disconnect a client that does not read (a slow subscriber): its ERROR is sent if

@@ -117,6 +117,11 @@ class Message:
         return self.expires != 0 and self.expires <= now_ms
 
     @property
+    def stored_size(self) -> int:
+        """Bytes the message takes in a persistent store (``StoredMessage.size``)."""
+        return len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.user_headers)
+
+    @property
     def priority(self) -> int:
         """JMS priority 0..9 from the ``priority`` header; 4 when absent or invalid."""
         text = self.headers.get("priority", "")

@@ -70,10 +70,12 @@ class StorageModule(PipelineModule):
                 return
             queue = isinstance(target, Queue)
             if queue or self._has_durables(message.destination):
-                reason = self.context.broker.spool.check(message, target)
+                spool = self.context.broker.spool
+                reason = spool.check(message, target)
                 if reason is not None:
                     refuse(message, reason)
                     return
+                spool.accepted(message)
                 if queue:
                     target.arrived(message)
                 self.buffer.add(message)
@@ -87,6 +89,7 @@ class StorageModule(PipelineModule):
         return self.persistence.durable_topics[topic] > 0
 
     def _stored(self, batch: list[Message], seqs: Sequence[int | None]) -> None:
+        self.context.broker.spool.committed(batch)
         downstream = self.downstream.handle
         for message, seq in zip(batch, seqs, strict=True):
             message.store_seq = seq or 0
@@ -95,5 +98,6 @@ class StorageModule(PipelineModule):
 
     def _not_stored(self, batch: list[Message], error: Exception) -> None:
         log.error("store.append_failed", messages=len(batch), error=str(error))
+        self.context.broker.spool.committed(batch)
         for message in batch:
             refuse(message, f"the message could not be stored: {error}")

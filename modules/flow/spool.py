@@ -36,6 +36,8 @@ class Spool:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.refused: Counter[str] = Counter()
+        # Bytes accepted and not yet committed (in the group-commit buffer), per destination.
+        self.pending: Counter[str] = Counter()
         self._usage: dict[str, tuple[Threshold, int]] = {}  # scope -> (threshold, its quota)
 
     def check(self, message: Message, target: Destination) -> str | None:
@@ -58,15 +60,17 @@ class Spool:
         store = persistence.queues if target.domain == P2P else persistence.topics
         if target.setting("shutdown") is True:
             return "destination shut down: it accepts no persistent messages"
-        size = message.size
+        size = message.stored_size
         max_size = int(target.setting("maxmsgsize"))
         if max_size >= 0 and size > max_size:
             return f"message too large: {size} bytes, the destination takes at most {max_size}"
         quota = int(target.setting("spoolquota"))
-        if quota >= 0 and store.byte_count(target.name) + size > quota:
+        pending = self.pending[target.name] + size
+        if quota >= 0 and store.byte_count(target.name) + pending > quota:
             return f"destination spool quota exceeded: its quota is {quota} bytes"
         spool_limit = self.broker.settings.get_int("MessageSpool", "maxspoolusage")
         used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
+        used += self.pending.total()
         if spool_limit >= 0 and used + size > spool_limit:
             return f"message spool full: {used} of {spool_limit} bytes in use"
         reject_limit = int(target.setting("lowpriorityrejectlimit"))
@@ -82,6 +86,17 @@ class Spool:
         if target.setting("whenfull") == "fail" and self._full(target):
             return "destination full: over its store's high watermark (whenfull is fail)"
         return None
+
+    def accepted(self, message: Message) -> None:
+        """A message passed the checks and waits for its commit."""
+        self.pending[message.destination] += message.stored_size
+
+    def committed(self, messages: list[Message]) -> None:
+        """Messages left the group-commit buffer (stored or failed)."""
+        for message in messages:
+            self.pending[message.destination] -= message.stored_size
+            if not self.pending[message.destination]:
+                del self.pending[message.destination]
 
     def _full(self, target: Destination) -> bool:
         own = target.store_watermark

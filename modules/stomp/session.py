@@ -73,6 +73,7 @@ class StompSession:
         self.send_interval = 0.0  # seconds between server heart-beats, 0 = none
         self.receive_interval = 0.0  # seconds of client silence tolerated, 0 = no check
         self.last_received = clock()
+        self.unread = False  # the server stopped reading this client (flow control)
         self._last_check = self.last_received  # last heart-beat check
         self._heartbeat_due = self.last_received  # when the next server heart-beat is due
         self._dispatch: dict[str, Callable[[Frame], None]] = {
@@ -162,6 +163,11 @@ class StompSession:
             self.handler.closing()
             self.egress.close_after_flush()
 
+    def reading_stopped(self, stopped: bool) -> None:
+        """Flow control stopped (or restarted) reading: silence then is not the client's."""
+        self.unread = stopped
+        self.last_received = self.clock()
+
     def _escape(self, value: str) -> bytes:
         return escape(value, self.version or "1.2").encode()
 
@@ -178,6 +184,8 @@ class StompSession:
         now = self.clock()
         deadlines = []
         if self.receive_interval:
+            if self.unread:  # its heart-beats wait unread in the socket: not its silence
+                self.last_received = now
             deadline = self.last_received + self.receive_interval
             if now >= deadline:
                 self.fail(
