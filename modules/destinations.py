@@ -40,6 +40,16 @@ TOPIC_PREFIX = "/topic/"
 log = structlog.get_logger("wiremq.destinations")
 
 
+def _count(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
+    """Count messages into (positive) or out of (negative) every watermark given."""
+    for watermark in watermarks:
+        if watermark is not None:
+            if messages > 0:
+                watermark.add(messages, nbytes)
+            else:
+                watermark.remove(-messages, -nbytes)
+
+
 class Destination(ABC):
     """A named queue or topic with its consumers, its producers and the watermarks
     (``gates``) whose trips stop those producers."""
@@ -138,12 +148,7 @@ class Queue(Destination):
 
     def _count_volatile(self, messages: int, nbytes: int) -> None:
         """Messages entering (positive) or leaving (negative) the VolQueueStore."""
-        for watermark in (self.volatile, self.own_volatile):
-            if watermark is not None:
-                if messages > 0:
-                    watermark.add(messages, nbytes)
-                else:
-                    watermark.remove(-messages, -nbytes)
+        _count((self.volatile, self.own_volatile), messages, nbytes)
 
     def distribute(self, message: Message) -> None:
         if message.persistent and message.store_seq:
@@ -454,12 +459,8 @@ class Topic(Destination):
                 self._count_live(-1, -message.size)
 
     def _count_live(self, messages: int, nbytes: int) -> None:
-        for watermark in (self.live, self.own_live):
-            if watermark is not None:
-                if messages > 0:
-                    watermark.add(messages, nbytes)
-                else:
-                    watermark.remove(-messages, -nbytes)
+        """Messages entering (positive) or leaving (negative) the live buffer."""
+        _count((self.live, self.own_live), messages, nbytes)
 
     def sweep_live_buffer(self, now_ms: int) -> None:
         """tlbcleanupinterval: expired messages leave the live buffer (never delivered)."""
