@@ -1,8 +1,8 @@
 """Starting, watching and stopping the wiremq server under test.
 
-The server is a subprocess with its own fresh data directory, so every
-benchmark run starts from an empty broker, and its CPU time can be read with
-psutil to report server CPU per message.
+The server is a subprocess with its own fresh data directory, one per
+scenario, so every scenario starts from an empty broker and empty stores, and
+its CPU time can be read with psutil to report server CPU per message.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -43,12 +44,20 @@ class ServerStartError(RuntimeError):
 
 
 class ManagedServer:
-    """``wiremq serve`` on 127.0.0.1:<free port> with a temporary data directory."""
+    """``wiremq serve`` on 127.0.0.1:<free port> with a temporary data directory.
+
+    ``settings`` are ``GROUP.NAME=VALUE`` parameter overrides, each passed as ``--set``.
+    """
 
     def __init__(
-        self, executable: str, host: str = "127.0.0.1", start_timeout: float = 30.0
+        self,
+        executable: str,
+        settings: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        start_timeout: float = 30.0,
     ) -> None:
         self.executable = executable
+        self.settings = settings
         self.host = host
         self.port = 0
         self.start_timeout = start_timeout
@@ -72,6 +81,7 @@ class ManagedServer:
             str(self.port),
             "--data",
             str(self.workdir / "data"),
+            *(arg for setting in self.settings for arg in ("--set", setting)),
         ]
 
     def start(self) -> None:

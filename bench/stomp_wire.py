@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import select
 import socket
+from collections.abc import Mapping
 from typing import NamedTuple
 
 RECV_SIZE = 1 << 18
 """Large receive chunks amortise the per-recv and per-parse Python overhead."""
 
-CONNECT_FRAME = b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n\n\x00"
+CONNECT_HEADERS = {b"accept-version": b"1.2", b"host": b"localhost", b"heart-beat": b"0,0"}
 
 
 class Frame(NamedTuple):
@@ -78,7 +79,7 @@ def describe(frame: Frame, body_limit: int = 200) -> str:
 
 
 def encode_frame(
-    command: bytes, headers: dict[bytes, bytes] | None = None, body: bytes = b""
+    command: bytes, headers: Mapping[bytes, bytes] | None = None, body: bytes = b""
 ) -> bytes:
     """Encode a frame; a content-length header is added whenever there is a body."""
     lines = [command]
@@ -210,19 +211,25 @@ class StompConnection:
                 else:
                     raise ProtocolError(f"expected {command.decode()}, got {describe(frame)}")
 
-    def connect(self) -> Frame:
-        self.send(CONNECT_FRAME)
+    def connect(self, client_id: bytes | None = None) -> Frame:
+        """CONNECT; a ``client_id`` identifies the client to its durable subscriptions."""
+        headers = (
+            CONNECT_HEADERS if client_id is None else {**CONNECT_HEADERS, b"client-id": client_id}
+        )
+        self.send(encode_frame(b"CONNECT", headers))
         frame, _ = self.expect(b"CONNECTED")
         return frame
 
-    def subscribe(self, destination: bytes, ack: bytes) -> list[Frame]:
-        """Subscribe and wait for the receipt, so the subscription is known to be active."""
-        self.send(
-            encode_frame(
-                b"SUBSCRIBE",
-                {b"id": b"0", b"destination": destination, b"ack": ack, b"receipt": b"sub-0"},
-            )
-        )
+    def subscribe(
+        self, destination: bytes, ack: bytes, extra: Mapping[bytes, bytes] | None = None
+    ) -> list[Frame]:
+        """Subscribe and wait for the receipt, so the subscription is known to be active.
+
+        ``extra`` headers are added, e.g. ``activemq.subscriptionName`` for a
+        durable subscription.
+        """
+        headers = {b"id": b"0", b"destination": destination, b"ack": ack, b"receipt": b"sub-0"}
+        self.send(encode_frame(b"SUBSCRIBE", {**headers, **(extra or {})}))
         _, skipped = self.expect(b"RECEIPT", b"sub-0")
         return skipped
 
