@@ -4,8 +4,11 @@ ZODB costs far more per commit than per message, so persistent messages (and
 acknowledgement removals) are collected into batches. A batch closes when it
 holds ``max_items`` items or ``max_bytes`` bytes, when its oldest item has
 waited ``max_delay`` seconds, or when the previous commit finishes; an idle
-worker takes what the current turn of the event loop collected. With
-``max_delay`` 0 there is no batching: every item is committed on its own.
+worker takes what the current turn of the event loop collected. Batches that
+closed while a commit was running are committed together, in one transaction,
+as soon as it finishes: waiting behind one commit, they gain nothing from
+being committed apart. With ``max_delay`` 0 there is no batching: every item
+is committed on its own.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ R = TypeVar("R")  # a commit's result
 
 
 class GroupCommit(Generic[I, R]):
-    """Collects items and commits them in batches on one worker."""
+    """Collects items and commits them in batches on one worker, one commit at a time."""
 
     def __init__(
         self,
@@ -44,25 +47,29 @@ class GroupCommit(Generic[I, R]):
         self.max_items = max_items
         self.max_bytes = max_bytes
         self.max_delay = max_delay
-        self._batch: list[I] = []
+        self._open: list[I] = []  # the batch being collected
         self._bytes = 0
-        self._running = 0  # batches handed to the worker and not finished
+        self._closed: list[list[I]] = []  # closed batches waiting for the worker
+        self._running = False
         self._timer: Timer | None = None
         self._close_scheduled = False
-        self._waiters: list[tuple[int, Callable[[], None]]] = []  # (batches to wait for, call)
-        self.batches = 0  # committed batches, for statistics
-        self.items = 0  # committed items
+        self._added = 0  # items added so far
+        self._finished = 0  # items whose commit has finished (or failed)
+        self._waiters: list[tuple[int, Callable[[], None]]] = []
+        self.batches = 0  # commits made, for statistics
+        self.items = 0  # items committed
 
     @property
     def idle(self) -> bool:
-        return not self._batch and not self._running
+        return not self._open and not self._closed and not self._running
 
     def add(self, item: I) -> None:
-        self._batch.append(item)
+        self._open.append(item)
+        self._added += 1
         self._bytes += self._size(item)
         if (
             not self.max_delay
-            or len(self._batch) >= self.max_items
+            or len(self._open) >= self.max_items
             or self._bytes >= self.max_bytes
         ):
             self._close()
@@ -75,11 +82,10 @@ class GroupCommit(Generic[I, R]):
 
     def when_committed(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything added so far is committed (or failed)."""
-        pending = self._running + (1 if self._batch else 0)
-        if not pending:
+        if self._finished >= self._added:
             callback()
         else:
-            self._waiters.append((pending, callback))
+            self._waiters.append((self._added, callback))
 
     def _scheduled_close(self) -> None:
         self._close_scheduled = False
@@ -90,10 +96,20 @@ class GroupCommit(Generic[I, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._batch:
+        if self._open:
+            self._closed.append(self._open)
+            self._open, self._bytes = [], 0
+        self._start()
+
+    def _start(self) -> None:
+        if self._running or not self._closed:
             return
-        batch, self._batch, self._bytes = self._batch, [], 0
-        self._running += 1
+        if self.max_delay:
+            batch = [item for closed in self._closed for item in closed]
+            self._closed = []
+        else:
+            batch = self._closed.pop(0)
+        self._running = True
         commit = self._commit
         self.worker.submit(
             lambda: commit(batch),
@@ -102,7 +118,8 @@ class GroupCommit(Generic[I, R]):
         )
 
     def _finish(self, batch: list[I], result: R | None, error: Exception | None) -> None:
-        self._running -= 1
+        self._running = False
+        self._finished += len(batch)
         if error is None:
             self.batches += 1
             self.items += len(batch)
@@ -110,9 +127,11 @@ class GroupCommit(Generic[I, R]):
         else:
             self._failed(batch, error)
         if self._waiters:
-            due = [call for left, call in self._waiters if left == 1]
-            self._waiters = [(left - 1, call) for left, call in self._waiters if left > 1]
+            due = [call for mark, call in self._waiters if mark <= self._finished]
+            self._waiters = [(m, c) for m, c in self._waiters if m > self._finished]
             for call in due:
                 call()
-        if self._batch and not self._running:
-            self._close()
+        if self._open:
+            self._close()  # the previous commit finished: the open batch closes
+        else:
+            self._start()

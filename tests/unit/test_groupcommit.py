@@ -52,13 +52,13 @@ def test_an_idle_worker_takes_what_one_turn_of_the_loop_collected():
     assert log.committed == [[1, 2, 3]]
 
 
-def test_a_batch_closes_at_max_items_or_max_bytes():
+def test_a_batch_closes_at_max_items_or_max_bytes_and_closed_batches_commit_together():
     runtime, worker, log, group = make(max_items=3, max_bytes=100)
     for item in (1, 1, 1, 60, 50, 1):
         group.add(item)
-    assert len(worker.calls) == 2  # both full batches handed over at once
-    worker.run()  # the last item goes when the previous commit finishes
-    assert log.commits == [[1, 1, 1], [60, 50], [1]]
+    assert len(worker.calls) == 1  # [1, 1, 1] closed at 3 items and went to the idle worker
+    worker.run()  # [60, 50] closed at 100 bytes meanwhile; [1] closes when the commit ends
+    assert log.commits == [[1, 1, 1], [60, 50, 1]]
 
 
 def test_items_added_during_a_commit_go_together_when_it_finishes():
@@ -72,17 +72,15 @@ def test_items_added_during_a_commit_go_together_when_it_finishes():
     assert log.commits == [[1], [2, 3, 4]]
 
 
-def test_max_delay_bounds_the_wait_while_the_worker_is_busy():
+def test_max_delay_closes_a_batch_while_the_worker_is_busy():
     runtime, worker, log, group = make(max_items=100, max_delay=0.005)
     group.add(1)
     runtime.run_soon()
     group.add(2)
-    runtime.advance(0.004)
-    assert len(worker.calls) == 1
-    runtime.advance(0.002)  # the delay passed: the batch is handed over, queued behind [1]
-    assert len(worker.calls) == 2
+    runtime.advance(0.006)  # the delay passed: [2] is closed, waiting for the worker
+    group.add(3)  # a new batch
     worker.run()
-    assert log.commits == [[1], [2]]
+    assert log.commits == [[1], [2, 3]]  # what waited behind [1] goes in one commit
 
 
 def test_max_delay_zero_commits_every_item_alone():
