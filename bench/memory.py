@@ -882,6 +882,11 @@ def topic(args: argparse.Namespace, options: Options, name: str, discard: bool) 
                 "the publisher was never stopped by the TopicLiveBuffer watermark while a "
                 "subscriber did not read"
             )
+        if figures.get("sender_blocked_during_pause_s", args.pause) < args.pause / 2:
+            result.problems.append(
+                f"the publisher was blocked only {figures['sender_blocked_during_pause_s']} s "
+                f"of the {args.pause:g} s the subscriber did not read"
+            )
         if figures.get("sent_after_pause", 1) <= 0:
             result.problems.append("the publisher sent nothing after the pause: never resumed")
     if discard and result.ok and not figures.get("slow_discarded"):
