@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -19,11 +19,13 @@ from wiremq.modules.durable import ReplayManager
 from wiremq.modules.expiry import ExpiryHandler
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.watermarks import Producer, Watermark, limits
+from wiremq.modules.groupcommit import GroupCommit
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import P2P, PUBSUB, Chain
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.modules.storage import StorageModule
 from wiremq.modules.transaction import TransactionManager
 from wiremq.stores.volqueue import VolQueueStore
 
@@ -42,9 +44,9 @@ class Broker:
     ) -> None:
         self.settings = settings
         self.runtime = runtime
-        self.persistence = persistence
+        self.persistence: Persistence | None = None
         if persistence is not None:
-            persistence.on_store_changed = self.store_changed
+            self.attach(persistence)
         self.vol_store: VolQueueStore[Message] = VolQueueStore()
         # Flow control: who produces to each domain, and the global watermarks that stop them.
         self.producers: dict[str, set[Producer]] = {P2P: set(), PUBSUB: set()}
@@ -60,10 +62,14 @@ class Broker:
         )
         self.store_watermarks = {
             P2P: Watermark(
-                "PersQueueStore", limits(settings, "PersQueueFileStore", "global"), domain(P2P)
+                "PersQueueStore",
+                limits(settings, "PersQueueFileStore", "global"),
+                lambda: self._blocking_producers(self.queues),
             ),
             PUBSUB: Watermark(
-                "TopicStore", limits(settings, "TopicFileStore", "global"), domain(PUBSUB)
+                "TopicStore",
+                limits(settings, "TopicFileStore", "global"),
+                lambda: self._blocking_producers(self.topics),
             ),
         }
         self.domain_gates: dict[str, list[Watermark]] = {
@@ -86,6 +92,11 @@ class Broker:
         self._id_prefix = f"wmq-{os.urandom(4).hex()}-"
         self._ids = itertools.count(1)
         self._sessions = itertools.count(1)
+
+    def attach(self, persistence: Persistence) -> None:
+        """Use these persistent stores; their commits keep the store watermarks current."""
+        self.persistence = persistence
+        persistence.on_store_changed = self.store_changed
 
     def next_message_id(self) -> str:
         return f"{self._id_prefix}{next(self._ids)}"
@@ -139,6 +150,12 @@ class Broker:
             durable_subscriptions=len(subscriptions),
         )
 
+    @staticmethod
+    def _blocking_producers(destinations: dict[str, Destination]) -> set[Producer]:
+        """Producers a full store stops: those of destinations that block when full
+        (a ``whenfull=fail`` destination refuses its persistent SENDs instead)."""
+        return {p for d in destinations.values() if not d.fail_when_full for p in d.producers}
+
     def add_gate(self, domain: str, watermark: Watermark) -> None:
         """A watermark that stops every producer of ``domain`` (a pipeline buffer's)."""
         self.domain_gates[domain].append(watermark)
@@ -189,6 +206,14 @@ class Broker:
             )
         )
 
+    def store_accepted(self, destination: Destination, message: Message) -> None:
+        """A persistent message is on its way into the store: count it in its watermarks now,
+        so that producers are stopped while commits lag behind reading."""
+        size = message.stored_size
+        if destination.store_watermark is not None:
+            destination.store_watermark.add(1, size)
+        self.store_watermarks[destination.domain].add(1, size)
+
     def store_changed(self, domain: str, destinations: Iterable[str]) -> None:
         """Bring the store watermarks up to date after a commit changed ``destinations``."""
         persistence = self.persistence
@@ -196,14 +221,36 @@ class Broker:
             return
         store = persistence.queues if domain == P2P else persistence.topics
         known = self.queues if domain == P2P else self.topics
+        pending = self.spool.pending
         for name in set(destinations):
             destination = known.get(name)
             if destination is not None:
                 if destination.store_watermark is not None:
-                    destination.store_watermark.sync(store.count(name), store.byte_count(name))
+                    messages, nbytes = pending.of(name)
+                    destination.store_watermark.sync(
+                        store.count(name) + messages, store.byte_count(name) + nbytes
+                    )
                 self.spool.usage_changed(destination)
-        self.store_watermarks[domain].sync(store.total_count(), store.total_bytes())
+        messages, nbytes = pending.of_domain(domain)
+        self.store_watermarks[domain].sync(
+            store.total_count() + messages, store.total_bytes() + nbytes
+        )
         self.spool.usage_changed(None)
+
+    def commit_statistics(self) -> dict[str, dict[str, int]]:
+        """Commits made by each group commit and the items they carried."""
+        batchers: dict[str, GroupCommit[Any, Any]] = {}
+        for domain, chain in self.chains.items():
+            storage = chain.module(StorageModule)
+            if isinstance(storage, StorageModule) and storage.buffer is not None:
+                batchers[f"{domain} appends"] = storage.buffer
+        if self.persistence is not None:
+            batchers["queue removals"] = self.persistence.removals
+            batchers["durable acknowledgements"] = self.persistence.acknowledgements
+        return {
+            name: {"commits": batcher.batches, "items": batcher.items}
+            for name, batcher in batchers.items()
+        }
 
     def flow_state(self) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view."""
@@ -222,6 +269,7 @@ class Broker:
             "delivered_unacked_limit": self.unacked_limit,
             "slow_disconnects": self.slow_disconnects,
             "spool": self.spool.state(),
+            "commits": self.commit_statistics(),
         }
 
     def submit(self, message: Message) -> None:

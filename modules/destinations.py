@@ -27,7 +27,7 @@ from wiremq.config.registry import Value
 from wiremq.modules.flow.watermarks import Producer, Watermark, enabled, limits
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P, PUBSUB
-from wiremq.modules.subscription import Subscription
+from wiremq.modules.subscription import DISCARDABLE, Subscription
 from wiremq.stores.records import StoredMessage
 from wiremq.stores.results import Batch
 
@@ -61,21 +61,38 @@ class Destination(ABC):
         self.broker = broker
         self.consumers: list[Subscription] = []
         self.producers: set[Producer] = set()
-        self.gates: list[Watermark] = list(broker.domain_gates[self.domain])
+        self.max_ttl = int(self.setting("maxttl"))
+        # Spool-check limits (not changeable at run time, so read once).
+        self.max_msg_size = int(self.setting("maxmsgsize"))
+        self.spool_quota = int(self.setting("spoolquota"))
+        self.low_priority_limit = int(self.setting("lowpriorityrejectlimit"))
+        self.shut_down = self.setting("shutdown") is True
+        # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
+        self.fail_when_full = self.setting("whenfull") == "fail"
+        store_gate = broker.store_watermarks[self.domain]
+        self.gates: list[Watermark] = [
+            g
+            for g in broker.domain_gates[self.domain]
+            if not (self.fail_when_full and g is store_gate)
+        ]
         self.store_watermark: Watermark | None = None  # its persistent store's, if any
-        self.max_ttl = int(broker.settings.for_destination(name, "maxttl"))
 
     def setting(self, name: str) -> Value:
         """A ``Destination`` parameter as it applies here."""
         return self.broker.settings.for_destination(self.name, name)
 
-    def _own_watermark(self, kind: str, group: str, prefix: str = "") -> Watermark | None:
-        """A per-destination watermark of ``group``, if its parameters switch one on."""
+    def _own_watermark(
+        self, kind: str, group: str, prefix: str = "", stops: bool = True
+    ) -> Watermark | None:
+        """A per-destination watermark of ``group``, if its parameters switch one on;
+        ``stops`` says whether its trips stop this destination's producers."""
         scope = limits(self.broker.settings, group, prefix)
         if not enabled(scope):
             return None
-        watermark = Watermark(f"{kind} {self.name}", scope, lambda: self.producers)
-        self.gates.append(watermark)
+        producers = (lambda: self.producers) if stops else set
+        watermark = Watermark(f"{kind} {self.name}", scope, producers)
+        if stops:
+            self.gates.append(watermark)
         return watermark
 
     def add_producer(self, producer: Producer) -> None:
@@ -130,7 +147,9 @@ class Queue(Destination):
         self._next = 0  # round-robin position among consumers
         self.volatile = broker.vol_watermark
         self.own_volatile = self._own_watermark("VolQueueStore", "VolQueueStoreImpl")
-        self.store_watermark = self._own_watermark("PersQueueStore", "PersQueueFileStore")
+        self.store_watermark = self._own_watermark(
+            "PersQueueStore", "PersQueueFileStore", stops=not self.fail_when_full
+        )
 
     # -- arrival ---------------------------------------------------------------------------
 
@@ -403,7 +422,9 @@ class Topic(Destination):
         self.first = 0  # index of buffer[0] in the topic's message sequence
         self.live = broker.tlb_watermark
         self.own_live = self._own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
-        self.store_watermark = self._own_watermark("TopicStore", "TopicFileStore")
+        self.store_watermark = self._own_watermark(
+            "TopicStore", "TopicFileStore", stops=not self.fail_when_full
+        )
         self.policy = str(self.setting("slowsubscriberpolicy"))
 
     def distribute(self, message: Message) -> None:
@@ -426,27 +447,44 @@ class Topic(Destination):
         self.consumer_ready()
 
     def consumer_ready(self) -> None:
-        """Move every subscriber on as far as it can take, then trim the buffer."""
-        slow = [s for s in list(self.consumers) if not self._pump(s)]
-        for subscription in slow:
-            self.broker.disconnect_slow(subscription)
+        """Move every subscriber on as far as it can take, then trim the buffer.
+
+        Once the live buffer is over a high watermark, subscribers under the
+        ``disconnect`` policy that hold it back are disconnected.
+        """
+        for subscription in self.consumers:
+            self._pump(subscription)
+        if (self.live is not None and self.live.tripped) or (
+            self.own_live is not None and self.own_live.tripped
+        ):
+            end = self.first + len(self.buffer)
+            for subscription in [
+                s for s in self.consumers if s.policy == "disconnect" and s.cursor < end
+            ]:
+                self.broker.disconnect_slow(subscription)
         self._trim()
 
-    def _pump(self, subscription: Subscription) -> bool:
-        """Deliver from the subscriber's cursor; False if it must be disconnected."""
+    def _pump(self, subscription: Subscription) -> None:
+        """Deliver from the subscriber's cursor as far as it can take.
+
+        A ``discard-oldest`` subscriber that cannot take a non-persistent message
+        loses it (counted as a discard, indicated on its next message) instead of
+        holding the buffer.
+        """
         buffer = self.buffer
         end = self.first + len(buffer)
         while subscription.cursor < end:
             message = buffer[subscription.cursor - self.first]
             if message is not None and not (message.store_seq and subscription.replaying):
                 if not subscription.ready_for(message):
-                    if subscription.policy == "disconnect":
-                        return False
-                    subscription.waiting = True
-                    return True
-                subscription.deliver(message)
+                    queue = message.egress_queue
+                    if subscription.policy != "discard-oldest" or queue not in DISCARDABLE:
+                        subscription.waiting = True
+                        return
+                    subscription.egress.queues.count_discard(queue)
+                else:
+                    subscription.deliver(message)
             subscription.cursor += 1
-        return True
 
     def _trim(self) -> None:
         end = self.first + len(self.buffer)

@@ -3,8 +3,14 @@
 ZODB costs far more per commit than per message, so persistent messages (and
 acknowledgement removals) are collected into batches. A batch closes when it
 holds ``max_items`` items or ``max_bytes`` bytes, when its oldest item has
-waited ``max_delay`` seconds, or when the previous commit finishes; an idle
-worker takes what the current turn of the event loop collected. Batches that
+waited ``max_delay`` seconds, or when the previous commit finishes. An idle
+worker takes what the current turn of the event loop collected, once the
+batch is as large as the last commit was (up to ``max_items``): producers that
+each wait for their receipt answer one by one, and so share the next commit
+instead of the first of them being committed alone. That wait lasts at most as
+long as the last commit took (and never past ``max_delay``): holding the writer
+idle longer would lose more than it gains. A lone producer (last commit: one
+item) never waits. Batches that
 closed while a commit was running are committed together, in one transaction,
 as soon as it finishes: waiting behind one commit, they gain nothing from
 being committed apart. With ``max_delay`` 0 there is no batching: every item
@@ -53,6 +59,9 @@ class GroupCommit(Generic[I, R]):
         self._running = False
         self._timer: Timer | None = None
         self._close_scheduled = False
+        self._expected = 1  # how many items the last commit carried (capped at max_items)
+        self._last_duration = 0.0  # how long the last commit took, in seconds
+        self._started = 0.0
         self._added = 0  # items added so far
         self._finished = 0  # items whose commit has finished (or failed)
         self._waiters: list[tuple[int, Callable[[], None]]] = []
@@ -67,18 +76,15 @@ class GroupCommit(Generic[I, R]):
         self._open.append(item)
         self._added += 1
         self._bytes += self._size(item)
-        if (
-            not self.max_delay
-            or len(self._open) >= self.max_items
-            or self._bytes >= self.max_bytes
-        ):
+        if not self.max_delay or len(self._open) >= self.max_items or self._bytes >= self.max_bytes:
             self._close()
-        elif not self._running:
+        elif not self._running and len(self._open) >= self._expected:
             if not self._close_scheduled:
                 self._close_scheduled = True
                 self.runtime.call_soon(self._scheduled_close)
         elif self._timer is None:
-            self._timer = self.runtime.call_later(self.max_delay, self._close)
+            wait = self.max_delay if self._running else min(self.max_delay, self._last_duration)
+            self._timer = self.runtime.call_later(wait, self._close)
 
     def when_committed(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything added so far is committed (or failed)."""
@@ -110,6 +116,7 @@ class GroupCommit(Generic[I, R]):
         else:
             batch = self._closed.pop(0)
         self._running = True
+        self._started = self.runtime.monotonic()
         commit = self._commit
         self.worker.submit(
             lambda: commit(batch),
@@ -119,6 +126,8 @@ class GroupCommit(Generic[I, R]):
 
     def _finish(self, batch: list[I], result: R | None, error: Exception | None) -> None:
         self._running = False
+        self._expected = min(len(batch), self.max_items)
+        self._last_duration = self.runtime.monotonic() - self._started
         self._finished += len(batch)
         if error is None:
             self.batches += 1

@@ -47,6 +47,7 @@ class Message:
         "store_seq",
         "arrival",
         "egress_queue",
+        "_stored_size",
         "transaction",
         "receipt",
         "origin",
@@ -76,6 +77,7 @@ class Message:
         self.expires = expires  # ms since the epoch; 0 = never
         self.store_seq = 0  # position in its persistent store, once stored
         self.arrival = 0  # order of arrival in its queue, across delivery modes
+        self._stored_size = -1
         # The client egress queue it is delivered through: G-1 if persistent, else D-<cos>.
         self.egress_queue = (
             EgressQueue.G1
@@ -119,7 +121,10 @@ class Message:
     @property
     def stored_size(self) -> int:
         """Bytes the message takes in a persistent store (``StoredMessage.size``)."""
-        return len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.user_headers)
+        if self._stored_size < 0:
+            headers = sum(len(k) + len(v) + 2 for k, v in self.user_headers)
+            self._stored_size = len(self.body) + headers
+        return self._stored_size
 
     @property
     def priority(self) -> int:

@@ -44,5 +44,8 @@ class Runtime(Protocol):
     def now_ms(self) -> int:
         """Wall-clock milliseconds since the epoch (message expiry uses it)."""
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (durations)."""
+
     def worker(self, name: str) -> Worker:
         """The worker thread named ``name``, created on first use."""

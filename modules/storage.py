@@ -76,6 +76,7 @@ class StorageModule(PipelineModule):
                     refuse(message, reason)
                     return
                 spool.accepted(message)
+                self.context.broker.store_accepted(target, message)
                 if queue:
                     target.arrived(message)
                 self.buffer.add(message)

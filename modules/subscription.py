@@ -102,7 +102,7 @@ class Subscription:
         """Whether the consumer can take ``message`` now (the window's whole-message rule:
         a message is handed over while the window is not yet full)."""
         queue = message.egress_queue
-        if self.policy == "discard-oldest" and queue in DISCARDABLE:
+        if self.policy == "discard-oldest" and queue in DISCARDABLE and self.unacked is None:
             return True  # its own egress queue discards: it never holds anyone up
         if self.inflight_messages >= self.window_messages or (
             self.inflight_bytes >= self.window_bytes

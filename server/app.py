@@ -28,6 +28,7 @@ from wiremq.modules.stomp.session import SessionSettings
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.stores import OpenStores
+from wiremq.server.writer import CLOSE_GRACE, abort_if_open
 from wiremq.stores.records import StoredMessage
 from wiremq.stores.results import SweepResult
 from wiremq.stores.topicstore import TopicStore
@@ -87,7 +88,7 @@ class WiremqServer:
             persistence = Persistence(
                 self.stores.queues, self.stores.topics, self.runtime, settings
             )
-            self.broker.persistence = persistence
+            self.broker.attach(persistence)
             for domain in DOMAINS:
                 self.broker.chains[domain] = build_chain(
                     domain,
@@ -244,7 +245,10 @@ class WiremqServer:
         for connection in list(self.connections):
             connection.on_lost = defer.Deferred()
             waits.append(connection.on_lost)
-            connection.transport.loseConnection()  # type: ignore[union-attr]
+            transport = connection.transport
+            transport.loseConnection()  # type: ignore[union-attr]
+            # A client that does not read would keep its unsent frames, and us, forever.
+            self.reactor.callLater(CLOSE_GRACE, abort_if_open, transport)
         log.info("server.stopping", connections=len(waits))
         if self.listening is not None:
             waits.append(defer.maybeDeferred(self.listening.stopListening))
@@ -255,7 +259,7 @@ class WiremqServer:
         if self.stores is not None:
             self.stores.close()
             self.stores = None
-        log.info("server.stopped")
+        log.info("server.stopped", commits=self.broker.commit_statistics())
 
 
 def _sweep(sweep_expired: Callable[..., SweepResult]) -> SweepStep:

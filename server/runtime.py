@@ -97,6 +97,9 @@ class TwistedRuntime:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     def worker(self, name: str) -> ThreadWorker:
         worker = self.workers.get(name)
         if worker is None:

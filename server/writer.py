@@ -22,6 +22,12 @@ from wiremq.modules.flow.egress_queues import Entry
 from wiremq.modules.flow.slowness import SlownessMeter
 
 DISCARD_HEADER = b"discarded:"
+CLOSE_GRACE = 2.0  # seconds a closing connection may take to flush before it is aborted
+
+
+def abort_if_open(transport: Connection) -> None:
+    if transport.connected:
+        transport.abortConnection()
 
 
 @implementer(IPushProducer)
@@ -89,10 +95,14 @@ class SocketWriter:
         self.stopped = True
         self.transport.pauseProducing()  # read nothing more from a closing client
         self.transport.unregisterProducer()
-        if egress.abort:
-            self.transport.abortConnection()
+        if egress.abort and self.paused:
+            self.transport.abortConnection()  # it does not read: its frames would never go
         else:
             self.transport.loseConnection()
+            # A client that stops reading now would keep us waiting for ever.
+            self.transport.reactor.callLater(  # type: ignore[attr-defined]
+                CLOSE_GRACE, abort_if_open, self.transport
+            )
 
     def pauseProducing(self) -> None:
         self.paused = True

@@ -219,6 +219,12 @@ class EgressQueues:
             if on_discard is not None:
                 on_discard(old)
 
+    def count_discard(self, queue: int) -> None:
+        """A message for this client was dropped before reaching ``queue`` (its
+        subscription could not take it): counted, and indicated like any discard."""
+        self._queues[queue].discards += 1
+        self._discarded += 1
+
     def drain(self, room: Callable[[], bool], write: Callable[[Entry, int], object]) -> None:
         """Hand entries to ``write`` by strict priority while ``room()`` says yes.
 

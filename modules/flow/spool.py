@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from wiremq.modules.destinations import QUEUE_PREFIX, TOPIC_PREFIX
 from wiremq.modules.flow.threshold import Threshold, Transition, percent_threshold
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P
@@ -30,14 +31,46 @@ log = structlog.get_logger("wiremq.spool")
 LOW_PRIORITY = 4  # JMS priorities 0..3 are low
 
 
+class Pending:
+    """Persistent messages accepted and not yet committed (in the group-commit buffer),
+    counted per destination so that quotas and store watermarks include them."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}  # destination -> [messages, bytes]
+
+    def add(self, message: Message) -> None:
+        entry = self._counts.setdefault(message.destination, [0, 0])
+        entry[0] += 1
+        entry[1] += message.stored_size
+
+    def remove(self, message: Message) -> None:
+        entry = self._counts[message.destination]
+        entry[0] -= 1
+        entry[1] -= message.stored_size
+        if not entry[0]:
+            del self._counts[message.destination]
+
+    def of(self, destination: str) -> tuple[int, int]:
+        entry = self._counts.get(destination)
+        return (entry[0], entry[1]) if entry else (0, 0)
+
+    def of_domain(self, domain: str) -> tuple[int, int]:
+        prefix = QUEUE_PREFIX if domain == P2P else TOPIC_PREFIX
+        entries = [e for name, e in self._counts.items() if name.startswith(prefix)]
+        return sum(e[0] for e in entries), sum(e[1] for e in entries)
+
+    def total_bytes(self) -> int:
+        return sum(e[1] for e in self._counts.values())
+
+
 class Spool:
     """The checks, their refusal statistics, and the usage events."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.refused: Counter[str] = Counter()
-        # Bytes accepted and not yet committed (in the group-commit buffer), per destination.
-        self.pending: Counter[str] = Counter()
+        self.pending = Pending()
+        self.spool_limit = broker.settings.get_int("MessageSpool", "maxspoolusage")
         self._usage: dict[str, tuple[Threshold, int]] = {}  # scope -> (threshold, its quota)
 
     def check(self, message: Message, target: Destination) -> str | None:
@@ -58,22 +91,25 @@ class Spool:
         persistence = self.broker.persistence
         assert persistence is not None
         store = persistence.queues if target.domain == P2P else persistence.topics
-        if target.setting("shutdown") is True:
+        if target.shut_down:
             return "destination shut down: it accepts no persistent messages"
         size = message.stored_size
-        max_size = int(target.setting("maxmsgsize"))
-        if max_size >= 0 and size > max_size:
-            return f"message too large: {size} bytes, the destination takes at most {max_size}"
-        quota = int(target.setting("spoolquota"))
-        pending = self.pending[target.name] + size
-        if quota >= 0 and store.byte_count(target.name) + pending > quota:
+        if 0 <= target.max_msg_size < size:
+            return (
+                f"message too large: {size} bytes, the destination takes at most "
+                f"{target.max_msg_size}"
+            )
+        quota = target.spool_quota
+        waiting = self.pending.of(target.name)[1]
+        if quota >= 0 and store.byte_count(target.name) + waiting + size > quota:
             return f"destination spool quota exceeded: its quota is {quota} bytes"
-        spool_limit = self.broker.settings.get_int("MessageSpool", "maxspoolusage")
-        used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
-        used += self.pending.total()
-        if spool_limit >= 0 and used + size > spool_limit:
-            return f"message spool full: {used} of {spool_limit} bytes in use"
-        reject_limit = int(target.setting("lowpriorityrejectlimit"))
+        spool_limit = self.spool_limit
+        if spool_limit >= 0:
+            used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
+            used += self.pending.total_bytes()
+            if used + size > spool_limit:
+                return f"message spool full: {used} of {spool_limit} bytes in use"
+        reject_limit = target.low_priority_limit
         if (
             reject_limit >= 0
             and message.priority < LOW_PRIORITY
@@ -83,20 +119,18 @@ class Spool:
                 f"low-priority reject limit: the destination holds {reject_limit} or more "
                 f"messages and takes no more of priority below {LOW_PRIORITY}"
             )
-        if target.setting("whenfull") == "fail" and self._full(target):
+        if target.fail_when_full and self._full(target):
             return "destination full: over its store's high watermark (whenfull is fail)"
         return None
 
     def accepted(self, message: Message) -> None:
         """A message passed the checks and waits for its commit."""
-        self.pending[message.destination] += message.stored_size
+        self.pending.add(message)
 
     def committed(self, messages: list[Message]) -> None:
         """Messages left the group-commit buffer (stored or failed)."""
         for message in messages:
-            self.pending[message.destination] -= message.stored_size
-            if not self.pending[message.destination]:
-                del self.pending[message.destination]
+            self.pending.remove(message)
 
     def _full(self, target: Destination) -> bool:
         own = target.store_watermark
@@ -108,13 +142,11 @@ class Spool:
         """Raise or clear usage events after a store's counts changed."""
         persistence = self.broker.persistence
         assert persistence is not None
-        settings = self.broker.settings
         used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
-        self._update("message spool", settings.get_int("MessageSpool", "maxspoolusage"), used)
+        self._update("message spool", self.spool_limit, used)
         if target is not None:
             store = persistence.queues if target.domain == P2P else persistence.topics
-            quota = int(target.setting("spoolquota"))
-            self._update(target.name, quota, store.byte_count(target.name))
+            self._update(target.name, target.spool_quota, store.byte_count(target.name))
 
     def _update(self, scope: str, quota: int, used: int) -> None:
         if quota <= 0:
