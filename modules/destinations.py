@@ -16,6 +16,7 @@ messages: the replay delivers them, in order.
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections import deque
@@ -449,20 +450,44 @@ class Topic(Destination):
     def consumer_ready(self) -> None:
         """Move every subscriber on as far as it can take, then trim the buffer.
 
-        Once the live buffer is over a high watermark, subscribers under the
-        ``disconnect`` policy that hold it back are disconnected.
+        A subscriber under the ``disconnect`` policy still behind once the frames
+        queued meanwhile are written is checked then (``_disconnect_lagging``), so
+        that a burst larger than its window does not count against it.
         """
         for subscription in self.consumers:
             self._pump(subscription)
-        if (self.live is not None and self.live.tripped) or (
-            self.own_live is not None and self.own_live.tripped
-        ):
-            end = self.first + len(self.buffer)
-            for subscription in [
-                s for s in self.consumers if s.policy == "disconnect" and s.cursor < end
-            ]:
+        end = self.first + len(self.buffer)
+        for subscription in self.consumers:
+            if subscription.policy == "disconnect" and subscription.cursor < end:
+                subscription.egress.outbox.wake(self._disconnect_lagging)
+                break
+        self._trim()
+
+    def _disconnect_lagging(self) -> None:
+        """Disconnect the ``disconnect``-policy subscribers that, even after what was
+        queued for them was written, are behind by a live-buffer high watermark."""
+        for subscription in self.consumers:
+            self._pump(subscription)
+        for subscription in list(self.consumers):
+            if subscription.policy == "disconnect" and self._too_far_behind(subscription.cursor):
                 self.broker.disconnect_slow(subscription)
         self._trim()
+
+    def _too_far_behind(self, cursor: int) -> bool:
+        """Whether what waits from ``cursor`` on reaches a live-buffer high watermark
+        (messages or bytes; this topic's own if it has one, else the global one)."""
+        watermark = self.own_live if self.own_live is not None else self.live
+        if watermark is None:
+            return False
+        waiting = [
+            m for m in itertools.islice(self.buffer, cursor - self.first, None) if m is not None
+        ]
+        gauge = watermark.gauge
+        by_messages = gauge.msg_threshold.enabled and len(waiting) >= gauge.msg_threshold.high
+        by_bytes = gauge.byte_threshold.enabled and (
+            sum(m.size for m in waiting) >= gauge.byte_threshold.high
+        )
+        return by_messages or by_bytes
 
     def _pump(self, subscription: Subscription) -> None:
         """Deliver from the subscriber's cursor as far as it can take.

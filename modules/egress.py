@@ -76,7 +76,16 @@ def _tell_owner(entry: Entry) -> None:
 class Egress:
     """One client's egress priority queues."""
 
-    __slots__ = ("queues", "outbox", "queued", "writer", "active", "close_requested", "abort")
+    __slots__ = (
+        "queues",
+        "outbox",
+        "queued",
+        "writer",
+        "active",
+        "close_requested",
+        "last_frame",
+        "abort",
+    )
 
     def __init__(
         self,
@@ -90,6 +99,7 @@ class Egress:
         self.writer: EgressWriter | None = None
         self.active = False  # something was queued since the last heart-beat check
         self.close_requested = False  # close the connection once everything is written
+        self.last_frame = b""  # written after everything else, just before closing (an ERROR)
         self.abort = False  # close without waiting for a client that does not read
 
     def push(self, data: bytes) -> None:
@@ -121,11 +131,17 @@ class Egress:
                 entry.owner.written(entry)  # type: ignore[attr-defined]
 
         self.queues.drain(lambda: True, write)
+        if self.close_requested and self.last_frame:
+            parts.append(self.last_frame)
+            self.last_frame = b""
         return parts
 
-    def close_after_flush(self) -> None:
-        """Ask the writer to close the connection once the queued frames are written."""
+    def close_after_flush(self, last_frame: bytes = b"") -> None:
+        """Ask the writer to close the connection once the queued frames, and then
+        ``last_frame``, are written: nothing may follow an ERROR."""
         self.close_requested = True
+        self.last_frame = last_frame
+        self.active = True
         if not self.queued:
             self.queued = True
             self.outbox.ready.append(self)

@@ -92,6 +92,9 @@ class SocketWriter:
             self._close(egress)
 
     def _close(self, egress: Egress) -> None:
+        if egress.last_frame:
+            self.transport.write(egress.last_frame)
+            egress.last_frame = b""
         self.stopped = True
         self.transport.pauseProducing()  # read nothing more from a closing client
         self.transport.unregisterProducer()

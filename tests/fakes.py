@@ -70,6 +70,9 @@ class FakeRuntime:
     def now_ms(self) -> int:
         return int(self.now * 1000)
 
+    def monotonic(self) -> float:
+        return self.now
+
     def worker(self, name: str) -> FakeWorker:
         return self.workers.setdefault(name, FakeWorker())
 

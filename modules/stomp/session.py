@@ -153,15 +153,14 @@ class StompSession:
         if self.version is None:
             headers.append(("version", ",".join(VERSIONS)))
         body = (error.detail or error.message).encode()
-        self.egress.push(encode_frame("ERROR", headers, body, self.version or "1.2"))
-        self.close()
+        self.close(encode_frame("ERROR", headers, body, self.version or "1.2"))
 
-    def close(self) -> None:
-        """Close once queued frames are written; later input is ignored."""
+    def close(self, last_frame: bytes = b"") -> None:
+        """Close once queued frames, then ``last_frame``, are written; later input is ignored."""
         if not self.closed:
             self.closed = True
             self.handler.closing()
-            self.egress.close_after_flush()
+            self.egress.close_after_flush(last_frame)
 
     def reading_stopped(self, stopped: bool) -> None:
         """Flow control stopped (or restarted) reading: silence then is not the client's."""

@@ -1,0 +1,811 @@
+"""Flow control inside the broker, deterministically: watermarks, windows, topic policies.
+
+A real Broker with its default chains on a fake runtime. Each client is a real
+ClientConnection whose socket is simulated: ``FakeReader`` (its ReadControl)
+records pause/resume, and while paused the client's input waits, as it does in
+a socket the server stopped reading; ``FakeWriter`` drains the client's real
+Egress like the socket writer does, behind a TCP window the test opens and
+closes. Input is handed over one chunk at a time, each chunk one frame unless a
+test sends several in one chunk. No sockets, no sleeps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import FakeRuntime
+from wiremq.config.parameters import REGISTRY
+from wiremq.config.registry import Value
+from wiremq.config.settings import Settings
+from wiremq.config.xmlconfig import DOMAINS, default_pipelines
+from wiremq.modules.broker import Broker
+from wiremq.modules.catalog import build_chain
+from wiremq.modules.client import ClientConnection
+from wiremq.modules.destinations import Queue, Topic
+from wiremq.modules.egress import Egress, Outbox
+from wiremq.modules.flow.egress_queues import DEFAULT_LIMITS, EgressQueue, Entry, QueueLimits
+from wiremq.modules.persistence import Persistence
+from wiremq.modules.pipeline import P2P, ModuleContext
+from wiremq.modules.prioqueue import PrioQueueModule
+from wiremq.modules.stomp.codec import FrameDecoder, encode_frame
+from wiremq.modules.stomp.frames import Frame
+from wiremq.modules.stomp.session import SessionSettings
+from wiremq.stores.persqueue import PersQueueStore
+from wiremq.stores.storage import open_database
+from wiremq.stores.topicstore import TopicStore
+
+NO_HEARTBEATS = SessionSettings(heartbeat_send_ms=0, heartbeat_receive_ms=0)
+PERSISTENT = {"persistent": "true"}
+
+
+class FakeReader:
+    """A client socket's ReadControl: records every pause and resume."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+    @property
+    def reading(self) -> bool:
+        return not self.calls or self.calls[-1] == "resume"
+
+
+class FakeWriter:
+    """Drains an egress as the socket writer does: strict priority, owners told what was
+    written, the discard count handed over with the frame it belongs to; nothing is written
+    while the client's TCP window is closed."""
+
+    def __init__(self, egress: Egress) -> None:
+        self.window_open = True
+        self.frames: list[Frame] = []
+        self.discards: list[int] = []  # per frame written: the discard indication it carried
+        self.closed = False
+        self._decoder = FrameDecoder()
+        self._decoder.version = "1.2"
+        egress.writer = self
+
+    def drain(self, egress: Egress) -> None:
+        if self.closed or not self.window_open:
+            return
+
+        def write(entry: Entry, discarded: int) -> None:
+            frames = self._decoder.feed(entry.head + entry.tail)
+            self.frames.extend(frames)
+            self.discards.extend([discarded] * len(frames))
+            if entry.owner is not None:
+                entry.owner.written(entry)  # type: ignore[attr-defined]
+
+        egress.queues.drain(lambda: True, write)
+        if egress.close_requested:
+            last = self._decoder.feed(egress.last_frame)  # the ERROR goes last
+            self.frames.extend(last)
+            self.discards.extend([0] * len(last))
+            egress.last_frame = b""
+            self.closed = True
+
+
+class Net:
+    """A broker, its clients, and a loop that runs everything until nothing moves."""
+
+    def __init__(
+        self,
+        values: dict[str, Value],
+        destinations: dict[str, dict[str, Value]],
+        persistence_path: Path | None,
+    ) -> None:
+        self.settings = Settings(REGISTRY, values)
+        for name, params in destinations.items():
+            for param, value in params.items():
+                self.settings.set_for_destination(name, param, value)
+        self.runtime = FakeRuntime()
+        self.outbox = Outbox()
+        self.db = None
+        persistence = None
+        if persistence_path is not None:
+            self.db = open_database(persistence_path.as_uri())
+            persistence = Persistence(
+                PersQueueStore(self.db), TopicStore(self.db), self.runtime, self.settings
+            )
+        self.broker = Broker(self.settings, self.runtime, persistence)
+        for domain in DOMAINS:
+            self.broker.chains[domain] = build_chain(
+                domain,
+                default_pipelines()[domain],
+                lambda domain=domain: ModuleContext(self.broker, self.settings, domain),
+            )
+        self.peers: list[Peer] = []
+        self.workers_held = False  # a slow store: commits wait until released
+
+    def clock(self) -> float:
+        return self.runtime.now
+
+    def settle(self) -> None:
+        """Write, run what was scheduled, run store work, read input, fire timers: until quiet."""
+        runtime = self.runtime
+        for _ in range(100_000):
+            self.outbox.flush()
+            if runtime.soon:
+                runtime.run_soon()
+                continue
+            if not self.workers_held and any(w.run() for w in list(runtime.workers.values())):
+                continue
+            if any(peer.take_input() for peer in self.peers):
+                continue
+            timers = [t for t in runtime.timers if not t.cancelled]
+            if timers:
+                runtime.advance(max(0.0, min(t.due for t in timers) - runtime.now))
+                continue
+            return
+        raise AssertionError("the broker never settled")
+
+    def queue(self, name: str) -> Queue:
+        return self.broker.queues[name]
+
+    def topic(self, name: str) -> Topic:
+        return self.broker.topics[name]
+
+    def close(self) -> None:
+        if self.broker.persistence is not None:
+            self.broker.persistence.close()
+        if self.db is not None:
+            self.db.close()
+
+
+class Peer:
+    """One connected client of a Net."""
+
+    def __init__(
+        self,
+        net: Net,
+        name: str,
+        limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
+        session: SessionSettings = NO_HEARTBEATS,
+        heart_beat: str = "0,0",
+    ) -> None:
+        self.net = net
+        self.reader = FakeReader()
+        self.egress = Egress(net.outbox, limits)
+        self.writer = FakeWriter(self.egress)
+        self.connection = ClientConnection(
+            net.broker, self.egress, net.clock, name, session, self.reader
+        )
+        self.input: deque[bytes] = deque()
+        net.peers.append(self)
+        self.feed(frame("CONNECT", {"accept-version": "1.2", "heart-beat": heart_beat}))
+        assert self.writer.frames.pop(0).command == "CONNECTED"
+        self.writer.discards.pop(0)
+
+    def take_input(self) -> bool:
+        """Hand the server one chunk of input, if it is reading this client."""
+        if not self.input or not self.reader.reading or self.connection.session.closed:
+            return False
+        self.connection.session.data_received(self.input.popleft())
+        return True
+
+    def feed(self, *chunks: bytes) -> None:
+        self.input.extend(chunks)
+        self.net.settle()
+
+    def send(self, destination: str, body: str, headers: dict[str, str] | None = None) -> None:
+        self.feed(send_frame(destination, body, headers))
+
+    def subscribe(self, destination: str, sub_id: str = "1", ack: str = "auto", **headers: str):
+        self.feed(
+            frame("SUBSCRIBE", {"id": sub_id, "destination": destination, "ack": ack, **headers})
+        )
+
+    def ack(self, message: Frame) -> None:
+        self.feed(frame("ACK", {"id": message.headers["ack"]}))
+
+    def open_window(self) -> None:
+        self.writer.window_open = True
+        self.egress.outbox.ready.append(self.egress)
+        self.net.settle()
+
+    @property
+    def messages(self) -> list[Frame]:
+        return [f for f in self.writer.frames if f.command == "MESSAGE"]
+
+    def bodies(self) -> list[str]:
+        return [m.body.decode() for m in self.messages]
+
+    @property
+    def errors(self) -> list[Frame]:
+        return [f for f in self.writer.frames if f.command == "ERROR"]
+
+
+def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    return encode_frame(command, headers.items(), body)
+
+
+def send_frame(destination: str, body: str, headers: dict[str, str] | None = None) -> bytes:
+    return frame("SEND", {"destination": destination, **(headers or {})}, body.encode())
+
+
+@pytest.fixture
+def make_net(tmp_path: Path) -> Iterator[Callable[..., Net]]:
+    """``make_net(values, destinations, persistent=False)``: a Net with these settings."""
+    nets: list[Net] = []
+
+    def make(
+        values: dict[str, Value] | None = None,
+        destinations: dict[str, dict[str, Value]] | None = None,
+        persistent: bool = False,
+    ) -> Net:
+        path = tmp_path / f"store-{len(nets)}.fs" if persistent else None
+        net = Net(values or {}, destinations or {}, path)
+        nets.append(net)
+        return net
+
+    yield make
+    for net in nets:
+        net.close()
+
+
+def _volatile_count(net: Net, name: str) -> int:
+    return net.broker.vol_store.count(name)
+
+
+# -- watermarks that stop producers ---------------------------------------------------------
+
+
+def test_a_global_watermark_stops_every_queue_producer_until_its_low_watermark(make_net):
+    net = make_net(
+        {
+            "VolQueueStoreImpl.globalmsghighwatermark": 6,
+            "VolQueueStoreImpl.globalmsglowwatermark": 3,
+        }
+    )
+    a, b, publisher = Peer(net, "a"), Peer(net, "b"), Peer(net, "publisher")
+    publisher.send("/topic/news", "t0")
+    for i in range(4):
+        a.send("/queue/a", f"a{i}")
+    b.send("/queue/b", "b0")
+    assert a.reader.calls == b.reader.calls == []
+    b.send("/queue/b", "b1")  # the sixth message in the VolQueueStore
+    assert net.broker.vol_watermark.tripped
+    assert a.reader.calls == ["pause"] and b.reader.calls == ["pause"]
+    b.send("/queue/b", "held")  # the server does not read it
+    assert _volatile_count(net, "/queue/b") == 2 and list(b.input)
+    publisher.send("/topic/news", "t1")  # another domain's producers go on
+    assert publisher.reader.calls == [] and not publisher.input
+
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/a", ack="client-individual", consumerQueueEntriesSize="2")
+    assert consumer.bodies() == ["a0", "a1"]
+    assert a.reader.calls == ["pause"], "4 messages left: above the low watermark (3)"
+    consumer.ack(consumer.messages[0])
+    assert consumer.bodies() == ["a0", "a1", "a2"]
+    assert a.reader.calls == ["pause", "resume"] and b.reader.calls == ["pause", "resume"]
+    assert not b.input and _volatile_count(net, "/queue/b") == 3, "the held SEND was read"
+    assert net.broker.vol_watermark.trips == 1
+
+
+def test_a_destination_watermark_stops_only_that_destinations_producers(make_net):
+    net = make_net(
+        {"VolQueueStoreImpl.msghighwatermark": 3, "VolQueueStoreImpl.msglowwatermark": 1}
+    )
+    a, b = Peer(net, "a"), Peer(net, "b")
+    for i in range(3):
+        a.send("/queue/a", f"a{i}")
+    b.send("/queue/b", "b0")
+    assert a.reader.calls == ["pause"] and b.reader.calls == []
+    late = Peer(net, "late")
+    late.send("/queue/a", "late0")  # a new sender while tripped: read, then stopped
+    late.send("/queue/a", "late1")
+    assert late.reader.calls == ["pause"] and list(late.input)
+    assert _volatile_count(net, "/queue/a") == 4
+    other = Peer(net, "other")
+    other.send("/queue/b", "b1")  # /queue/b holds 2: below its high watermark
+    assert other.reader.calls == [] and not net.broker.vol_watermark.tripped
+
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/a")
+    assert consumer.bodies() == ["a0", "a1", "a2", "late0", "late1"]
+    assert a.reader.calls == late.reader.calls == ["pause", "resume"]
+
+
+def test_a_producer_stopped_by_two_watermarks_resumes_only_when_both_have_cleared(make_net):
+    net = make_net(
+        {
+            "VolQueueStoreImpl.globalmsghighwatermark": 6,
+            "VolQueueStoreImpl.globalmsglowwatermark": 2,
+            "VolQueueStoreImpl.msghighwatermark": 3,
+            "VolQueueStoreImpl.msglowwatermark": 1,
+        }
+    )
+    a, b = Peer(net, "a"), Peer(net, "b")
+    for i in range(3):
+        a.send("/queue/a", f"a{i}")  # /queue/a's own watermark trips
+    for i in range(3):
+        b.send("/queue/b", f"b{i}")  # then the global one (6 in all)
+    assert a.reader.calls == ["pause"] and b.reader.calls == ["pause"]
+    assert len(a.connection.stops) == 2
+    drain_a = Peer(net, "drain-a")
+    drain_a.subscribe("/queue/a", ack="client-individual", consumerQueueEntriesSize="2")
+    assert not net.queue("/queue/a").own_volatile.tripped  # 1 left: cleared
+    assert net.broker.vol_watermark.tripped  # 4 in all: not yet at 2
+    assert a.reader.calls == ["pause"]
+    drain_b = Peer(net, "drain-b")
+    drain_b.subscribe("/queue/b")
+    assert a.reader.calls == b.reader.calls == ["pause", "resume"]
+
+
+def test_a_stopped_producer_that_goes_away_is_forgotten(make_net):
+    net = make_net(
+        {"VolQueueStoreImpl.msghighwatermark": 2, "VolQueueStoreImpl.msglowwatermark": 0}
+    )
+    gone = Peer(net, "gone")
+    gone.send("/queue/g", "1")
+    gone.send("/queue/g", "2")
+    watermark = net.queue("/queue/g").own_volatile
+    assert watermark.stopped == {gone.connection}
+    gone.connection.connection_lost()
+    assert watermark.stopped == set()
+    assert gone.connection not in net.broker.producers[P2P]
+    Peer(net, "consumer").subscribe("/queue/g")
+    assert gone.reader.calls == ["pause"], "a closed connection is not resumed"
+
+
+@pytest.mark.parametrize(
+    ("values", "enabled"),
+    [
+        ({}, False),  # per-destination watermarks are off by default
+        ({"VolQueueStoreImpl.msghighwatermark": 5}, False),  # its low watermark is still -1
+        ({"VolQueueStoreImpl.msghighwatermark": 5, "VolQueueStoreImpl.msglowwatermark": 2}, True),
+        ({"VolQueueStoreImpl.bytehighwatermark": 9, "VolQueueStoreImpl.bytelowwatermark": 0}, True),
+    ],
+)
+def test_minus_one_switches_a_watermark_off(make_net, values, enabled):
+    net = make_net(values)
+    Peer(net, "p").send("/queue/x", "m")
+    assert (net.queue("/queue/x").own_volatile is not None) is enabled
+
+
+# -- consumer windows -----------------------------------------------------------------------
+
+
+def test_a_consumer_with_a_full_window_is_skipped_for_the_others(make_net):
+    net = make_net()
+    producer = Peer(net, "producer")
+    for i in range(10):
+        producer.send("/queue/w", f"m{i}")
+    x, y = Peer(net, "x"), Peer(net, "y")
+    x.subscribe("/queue/w", ack="client-individual", consumerQueueEntriesSize="2")
+    y.subscribe("/queue/w", ack="client-individual", consumerQueueEntriesSize="3")
+    assert x.bodies() == ["m0", "m1"] and y.bodies() == ["m2", "m3", "m4"]
+    assert net.queue("/queue/w").state()["ready_consumers"] == 0
+    acked = {x: 0, y: 0}
+    while len(x.messages) + len(y.messages) < 10:
+        consumer = x if acked[x] < len(x.messages) else y
+        consumer.ack(consumer.messages[acked[consumer]])
+        acked[consumer] += 1
+        for peer, window in ((x, 2), (y, 3)):
+            subscription = peer.connection.subscriptions["1"]
+            assert subscription.inflight_messages <= window
+            assert len(peer.messages) - acked[peer] == subscription.inflight_messages
+    bodies = x.bodies() + y.bodies()
+    assert sorted(bodies, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(10)]
+    assert len(set(bodies)) == 10, "each message delivered exactly once"
+
+
+@pytest.mark.parametrize("header", ["consumerQueueEntriesBytes", "prefetch-bytes", None])
+def test_a_window_in_bytes_hands_over_whole_messages_while_not_full(make_net, header):
+    destinations = {} if header else {"/queue/b": {"consumerQueueEntriesBytes": 250}}
+    net = make_net(destinations=destinations)
+    producer = Peer(net, "producer")
+    for i in range(6):
+        producer.send("/queue/b", f"{i}" * 100)
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/b", ack="client-individual", **({header: "250"} if header else {}))
+    assert len(consumer.messages) == 3  # 0, 100, 200 bytes in flight were below 250
+    consumer.ack(consumer.messages[0])
+    assert len(consumer.messages) == 4
+
+
+def test_in_auto_mode_the_window_counts_frames_not_yet_written(make_net):
+    net = make_net()
+    consumer = Peer(net, "consumer")
+    consumer.writer.window_open = False
+    consumer.subscribe("/queue/auto", consumerQueueEntriesSize="3")
+    producer = Peer(net, "producer")
+    for i in range(6):
+        producer.send("/queue/auto", f"m{i}")
+    subscription = consumer.connection.subscriptions["1"]
+    assert subscription.inflight_messages == 3 and not subscription.ready
+    assert consumer.egress.queues.stats()["D-1"]["length_msgs"] == 3
+    assert _volatile_count(net, "/queue/auto") == 3
+    consumer.open_window()
+    assert consumer.bodies() == [f"m{i}" for i in range(6)]
+    assert subscription.inflight_messages == 0 and subscription.ready
+
+
+@pytest.mark.parametrize(
+    ("values", "count"),
+    [({"MessageSpool.maxdeliveredunacked": 4}, 4), ({"MessageSpool.maxdeliveredunacked": -1}, 10)],
+)
+def test_the_server_wide_delivered_unacknowledged_limit(make_net, values, count):
+    net = make_net(values)
+    producer = Peer(net, "producer")
+    for name in ("/queue/u1", "/queue/u2"):
+        for i in range(5):
+            producer.send(name, f"{name[-2:]}-{i}")
+    consumers = [Peer(net, "c1"), Peer(net, "c2")]
+    consumers[0].subscribe("/queue/u1", ack="client-individual")
+    consumers[1].subscribe("/queue/u2", ack="client-individual")
+    delivered = sum(len(c.messages) for c in consumers)
+    assert delivered == count and net.broker.delivered_unacked == count
+    acked = [0, 0]
+    while acked != [5, 5]:
+        i = next(i for i in (0, 1) if acked[i] < len(consumers[i].messages))
+        consumers[i].ack(consumers[i].messages[acked[i]])
+        acked[i] += 1
+        assert net.broker.delivered_unacked <= count
+    assert sorted(b for c in consumers for b in c.bodies()) == sorted(
+        f"{q}-{i}" for q in ("u1", "u2") for i in range(5)
+    )
+    assert net.broker.delivered_unacked == 0
+
+
+# -- the topic live buffer and slow-subscriber policies -------------------------------------
+
+
+@pytest.mark.parametrize("scope", ["topicglobal", "topic"])
+def test_block_keeps_messages_for_a_slow_subscriber_and_stops_publishers(make_net, scope):
+    """Under ``block`` (the default), what a slow subscriber cannot take waits in the live
+    buffer; at its high watermark the publishers concerned stop, until the low one."""
+    net = make_net(
+        {
+            f"DestinationManager.{scope}msghighwatermark": 5,
+            f"DestinationManager.{scope}msglowwatermark": 2,
+        }
+    )
+    fast, slow = Peer(net, "fast"), Peer(net, "slow")
+    fast.subscribe("/topic/t")
+    slow.subscribe("/topic/t", ack="client-individual", consumerQueueEntriesSize="2")
+    publisher, other = Peer(net, "publisher"), Peer(net, "other")
+    for i in range(7):
+        publisher.send("/topic/t", f"m{i}")
+    topic = net.topic("/topic/t")
+    assert topic.state()["live_buffer_messages"] == 5  # m2..m6: the slow one has m0, m1
+    assert publisher.reader.calls == ["pause"]
+    publisher.send("/topic/t", "m7")  # waits in the socket
+    assert fast.bodies() == [f"m{i}" for i in range(7)] and slow.bodies() == ["m0", "m1"]
+    other.send("/topic/elsewhere", "x")
+    assert other.reader.calls == (["pause"] if scope == "topicglobal" else [])
+
+    slow.ack(slow.messages[0])
+    slow.ack(slow.messages[1])
+    assert publisher.reader.calls == ["pause"], "3 buffered: not yet at the low watermark"
+    slow.ack(slow.messages[2])
+    assert publisher.reader.calls == ["pause", "resume"]
+    acked = 3
+    while acked < len(slow.messages):
+        slow.ack(slow.messages[acked])
+        acked += 1
+    everything = [f"m{i}" for i in range(8)]
+    assert fast.bodies() == everything and slow.bodies() == everything
+    assert topic.state()["live_buffer_messages"] == 0
+
+
+def test_discard_oldest_drops_a_slow_subscribers_oldest_direct_messages_only(make_net):
+    net = make_net(
+        destinations={"/topic/x": {"slowsubscriberpolicy": "discard-oldest"}}, persistent=True
+    )
+    small = tuple(QueueLimits(2, 2) for _ in range(4)) + (DEFAULT_LIMITS[EgressQueue.G1],)
+    fast, slow = Peer(net, "fast"), Peer(net, "slow", limits=small)
+    fast.subscribe("/topic/x")
+    slow.subscribe("/topic/x")
+    slow.writer.window_open = False  # it stops reading
+    publisher = Peer(net, "publisher")
+    persistent = {4, 9, 14, 19}
+    for i in range(20):
+        publisher.send("/topic/x", str(i), PERSISTENT if i in persistent else None)
+    assert publisher.reader.calls == [], "the publisher never waits for the slow subscriber"
+    assert fast.bodies() == [str(i) for i in range(20)]
+    assert net.topic("/topic/x").state()["live_buffer_messages"] == 0
+
+    slow.open_window()
+    got = [int(b) for b in slow.bodies()]
+    assert len(got) < 20
+    assert [i for i in got if i in persistent] == sorted(persistent), "persistent: all kept"
+    direct = [i for i in got if i not in persistent]
+    assert direct == sorted(direct) and direct[-1] == 18, "the oldest ones were dropped"
+    assert slow.writer.discards[0] > 0, "the first message after the discards says so"
+    assert sum(slow.writer.discards) == 20 - len(got)
+    assert slow.egress.queues.stats()["total"]["discards_msgs"] == 20 - len(got)
+
+
+LIVE_BUFFER_AT_3 = {
+    "DestinationManager.topicglobalmsghighwatermark": 3,
+    "DestinationManager.topicglobalmsglowwatermark": 1,
+}
+
+
+def test_disconnect_drops_the_slow_subscriber_with_an_error_and_others_go_on(make_net):
+    """Under ``disconnect``, a subscriber that holds the live buffer past its high
+    watermark is disconnected, instead of the publishers being stopped for it."""
+    net = make_net(LIVE_BUFFER_AT_3, {"/topic/d": {"slowsubscriberpolicy": "disconnect"}})
+    fast, slow = Peer(net, "fast"), Peer(net, "slow")
+    fast.subscribe("/topic/d")
+    slow.subscribe("/topic/d", ack="client-individual", consumerQueueEntriesSize="2")
+    publisher = Peer(net, "publisher")
+    for i in range(3):
+        publisher.send("/topic/d", f"m{i}")
+    assert net.broker.slow_disconnects == 0, "one message behind: below the watermark"
+    for i in range(3, 8):
+        publisher.send("/topic/d", f"m{i}")
+    assert slow.bodies() == ["m0", "m1"]
+    assert slow.writer.frames[-1].command == "ERROR"
+    assert slow.writer.frames[-1].headers["message"] == "slow subscriber"
+    assert slow.writer.closed and net.broker.slow_disconnects == 1
+    topic = net.topic("/topic/d")
+    assert [s.client for s in topic.consumers] == [fast.connection]
+    assert fast.bodies() == [f"m{i}" for i in range(8)]
+    assert publisher.reader.reading and not publisher.input, "the publisher goes on"
+    assert topic.state()["live_buffer_messages"] == 0
+
+
+def test_nothing_follows_the_error_of_a_disconnected_slow_subscriber(make_net):
+    """STOMP: the connection is closed right after an ERROR. Deliveries still waiting in
+    the slow subscriber's egress when it is disconnected must not follow its ERROR."""
+    net = make_net(LIVE_BUFFER_AT_3, {"/topic/d": {"slowsubscriberpolicy": "disconnect"}})
+    slow = Peer(net, "slow")
+    slow.subscribe("/topic/d", ack="client-individual", consumerQueueEntriesSize="2")
+    publisher = Peer(net, "publisher")
+    publisher.feed(b"".join(send_frame("/topic/d", f"m{i}") for i in range(6)))  # one read
+    assert net.broker.slow_disconnects == 1 and slow.writer.closed
+    assert slow.writer.frames[-1].command == "ERROR", [f.command for f in slow.writer.frames]
+
+
+def test_disconnect_spares_a_subscriber_that_keeps_up_while_another_topic_fills_the_buffer(
+    make_net,
+):
+    net = make_net(LIVE_BUFFER_AT_3, {"/topic/d": {"slowsubscriberpolicy": "disconnect"}})
+    stuck = Peer(net, "stuck")  # on a `block` topic: it holds three messages back
+    stuck.subscribe("/topic/b", ack="client-individual", consumerQueueEntriesSize="1")
+    other = Peer(net, "other")
+    for i in range(4):
+        other.send("/topic/b", f"b{i}")
+    assert net.broker.tlb_watermark.tripped
+    keeper = Peer(net, "keeper")  # its TCP window is open: it reads everything at once
+    keeper.subscribe("/topic/d", consumerQueueEntriesSize="2")
+    publisher = Peer(net, "publisher")
+    publisher.feed(b"".join(send_frame("/topic/d", f"m{i}") for i in range(5)))  # one read
+    assert keeper.errors == [] and net.broker.slow_disconnects == 0
+    assert keeper.bodies() == [f"m{i}" for i in range(5)]
+
+
+def test_disconnect_spares_a_subscriber_that_keeps_up_with_a_burst(make_net):
+    net = make_net(destinations={"/topic/d": {"slowsubscriberpolicy": "disconnect"}})
+    subscriber = Peer(net, "subscriber")
+    subscriber.subscribe("/topic/d", consumerQueueEntriesSize="2")  # its TCP window is open
+    publisher = Peer(net, "publisher")
+    publisher.feed(b"".join(send_frame("/topic/d", f"m{i}") for i in range(5)))  # one read
+    assert subscriber.errors == []
+    assert subscriber.bodies() == [f"m{i}" for i in range(5)]
+
+
+def test_a_discard_oldest_subscriber_never_exceeds_its_window_or_the_unacked_limit(make_net):
+    net = make_net(
+        {"MessageSpool.maxdeliveredunacked": 5},
+        {"/topic/x": {"slowsubscriberpolicy": "discard-oldest"}},
+    )
+    subscriber = Peer(net, "subscriber")
+    subscriber.subscribe("/topic/x", ack="client-individual", consumerQueueEntriesSize="3")
+    publisher = Peer(net, "publisher")
+    for i in range(10):
+        publisher.send("/topic/x", f"m{i}")
+    subscription = subscriber.connection.subscriptions["1"]
+    assert len(subscription.unacked) <= 3
+    assert net.broker.delivered_unacked <= 5
+
+
+# -- the thread/buffer module ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("destination", "group", "limit"),
+    [
+        ("/queue/pq", "P2PPrioQueue", "maxnummessages"),
+        ("/topic/pq", "PubSubPrioQueue", "maxnummessages"),
+        ("/queue/pq", "P2PPrioQueue", "maxnumbytes"),
+    ],
+)
+def test_a_full_thread_buffer_stops_its_producers_until_it_has_handed_its_batch_on(
+    make_net, destination, group, limit
+):
+    net = make_net({f"{group}.{limit}": 3 if limit == "maxnummessages" else 150})
+    consumer = Peer(net, "consumer")
+    consumer.subscribe(destination)
+    producer = Peer(net, "producer")
+    producer.feed(b"".join(send_frame(destination, f"{i}" * 60) for i in range(5)))  # one read
+    module = net.broker.chains[net.broker.destination(destination).domain].module(PrioQueueModule)
+    assert module.watermark.trips == 1
+    assert producer.reader.calls == ["pause", "resume"]
+    assert consumer.bodies() == [f"{i}" * 60 for i in range(5)]
+
+
+# -- egress priority ------------------------------------------------------------------------
+
+
+def test_egress_drains_control_frames_then_classes_of_service_then_persistent(make_net):
+    net = make_net(persistent=True)
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/prio")
+    consumer.writer.window_open = False
+    producer = Peer(net, "producer")
+    producer.send("/queue/prio", "d1")
+    producer.send("/queue/prio", "g1", PERSISTENT)
+    producer.send("/queue/prio", "d3", {"class-of-service": "3"})
+    producer.send("/queue/prio", "d2", {"class-of-service": "2"})
+    consumer.subscribe("/queue/other", sub_id="2", receipt="r")
+    consumer.open_window()
+    order = [
+        f.headers["receipt-id"] if f.command == "RECEIPT" else f.body.decode()
+        for f in consumer.writer.frames
+    ]
+    assert order == ["r", "d3", "d2", "d1", "g1"]
+
+
+@pytest.mark.parametrize("value", ["0", "4", "high", ""])
+def test_an_invalid_class_of_service_gets_an_error(make_net, value):
+    net = make_net()
+    producer = Peer(net, "producer")
+    producer.send("/queue/cos", "m", {"class-of-service": value, "receipt": "r1"})
+    (error,) = producer.errors
+    assert error.headers["message"] == "invalid class-of-service header"
+    assert error.headers["receipt-id"] == "r1"
+    assert _volatile_count(net, "/queue/cos") == 0
+
+
+# -- persistent stores: watermarks, whenfull, spool checks -----------------------------------
+
+
+def _receipts(peer: Peer) -> list[str]:
+    return [f.headers["receipt-id"] for f in peer.writer.frames if f.command == "RECEIPT"]
+
+
+def test_a_persistent_store_watermark_blocks_its_producer_until_drained(make_net):
+    net = make_net(
+        {"PersQueueFileStore.msghighwatermark": 2, "PersQueueFileStore.msglowwatermark": 0},
+        persistent=True,
+    )
+    producer = Peer(net, "producer")
+    for i in range(3):
+        producer.send("/queue/p", str(i), {**PERSISTENT, "receipt": f"r{i}"})
+    assert _receipts(producer) == ["r0", "r1"] and producer.reader.calls == ["pause"]
+    assert net.broker.persistence.queues.count("/queue/p") == 2
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/p")
+    assert producer.reader.calls == ["pause", "resume"]
+    assert _receipts(producer) == ["r0", "r1", "r2"]
+    assert consumer.bodies() == ["0", "1", "2"]
+
+
+def test_a_store_watermark_counts_messages_waiting_for_their_commit(make_net):
+    net = make_net(
+        {"PersQueueFileStore.msghighwatermark": 3, "PersQueueFileStore.msglowwatermark": 1},
+        persistent=True,
+    )
+    net.workers_held = True  # the store is slow: commits lag behind reading
+    producer = Peer(net, "producer")
+    for i in range(10):
+        producer.send("/queue/lagging", str(i), PERSISTENT)
+    net.workers_held = False
+    net.settle()
+    assert producer.reader.calls == ["pause"]
+    assert net.broker.persistence.queues.count("/queue/lagging") <= 3
+
+
+def test_a_topic_store_watermark_stops_publishers_until_durable_subscribers_acknowledge(
+    make_net,
+):
+    net = make_net(
+        {"TopicFileStore.msghighwatermark": 3, "TopicFileStore.msglowwatermark": 1},
+        persistent=True,
+    )
+    durable = Peer(net, "durable")
+    durable.subscribe("/topic/kept", ack="client", durable="true")
+    publisher = Peer(net, "publisher")
+    for i in range(4):
+        publisher.send("/topic/kept", str(i), {**PERSISTENT, "receipt": f"r{i}"})
+    topics = net.broker.persistence.topics
+    assert topics.count("/topic/kept") == 3 and publisher.reader.calls == ["pause"]
+    assert _receipts(publisher) == ["r0", "r1", "r2"]
+    durable.ack(durable.messages[-1])  # cumulative: all three
+    assert publisher.reader.calls == ["pause", "resume"]
+    assert _receipts(publisher) == ["r0", "r1", "r2", "r3"]
+    assert durable.bodies() == ["0", "1", "2", "3"]
+
+
+def test_whenfull_fail_refuses_a_persistent_send_with_an_error_instead_of_blocking(make_net):
+    net = make_net(
+        {"PersQueueFileStore.msghighwatermark": 2, "PersQueueFileStore.msglowwatermark": 1},
+        {"/queue/f": {"whenfull": "fail"}},
+        persistent=True,
+    )
+    producer = Peer(net, "producer")
+    for i in range(3):
+        producer.send("/queue/f", str(i), {**PERSISTENT, "receipt": f"r{i}"})
+    assert producer.reader.calls == []
+    (error,) = producer.errors
+    assert error.headers["receipt-id"] == "r2"
+    assert b"destination full" in error.body
+
+
+@pytest.mark.parametrize(
+    ("values", "destinations"),
+    [
+        ({}, {"/queue/quota": {"spoolquota": 150}}),
+        ({"MessageSpool.maxspoolusage": 150}, {}),
+    ],
+)
+def test_a_spool_quota_holds_for_sends_pipelined_in_one_read(make_net, values, destinations):
+    net = make_net(values, destinations, persistent=True)
+    producer = Peer(net, "producer")
+    producer.feed(
+        b"".join(
+            send_frame("/queue/quota", "x" * 60, {**PERSISTENT, "receipt": f"r{i}"})
+            for i in range(4)
+        )
+    )
+    assert net.broker.persistence.queues.total_bytes() <= 150
+    (error,) = producer.errors
+    assert error.headers["message"] == "message not accepted"
+
+
+def test_a_producer_stopped_by_a_watermark_is_not_timed_out_for_its_silence(make_net):
+    net = make_net(
+        {"VolQueueStoreImpl.msghighwatermark": 1, "VolQueueStoreImpl.msglowwatermark": 0}
+    )
+    session = SessionSettings(heartbeat_send_ms=0, heartbeat_receive_ms=1000, heartbeat_grace=2)
+    producer = Peer(net, "producer", session=session, heart_beat="1000,0")
+    producer.send("/queue/hb", "1")
+    producer.send("/queue/hb", "2")  # waits: the producer is stopped
+    assert producer.reader.calls == ["pause"]
+    net.runtime.advance(10)  # the client's heart-beats wait in the socket meanwhile
+    producer.connection.session.check_heartbeats()
+    net.settle()
+    assert producer.errors == [] and not producer.connection.session.disconnecting
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/hb")
+    assert consumer.bodies() == ["1", "2"]
+
+
+# -- one query for every flow-control state -------------------------------------------------
+
+
+def test_flow_state_shows_tripped_watermarks_stopped_producers_and_ready_consumers(make_net):
+    net = make_net(
+        {"VolQueueStoreImpl.msghighwatermark": 2, "VolQueueStoreImpl.msglowwatermark": 1}
+    )
+    producer = Peer(net, "producer")
+    producer.send("/queue/full", "1")
+    producer.send("/queue/full", "2")
+    consumer, other = Peer(net, "consumer"), Peer(net, "other")
+    other.send("/queue/busy", "a")  # below /queue/busy's own watermark
+    consumer.subscribe("/queue/busy", ack="client-individual", consumerQueueEntriesSize="1")
+    state = net.broker.flow_state()
+    clients = {c["peer"]: c for c in state["clients"]}
+    assert clients["producer"]["reading"] is False
+    assert clients["producer"]["stopped_by"] == ["<Watermark VolQueueStore /queue/full>"]
+    assert clients["consumer"]["reading"] is True and clients["consumer"]["stopped_by"] == []
+    (subscription,) = clients["consumer"]["subscriptions"]
+    assert subscription["ready"] is False and subscription["inflight_messages"] == 1
+    assert clients["consumer"]["egress"]["D-1"]["delivered_msgs"] == 1
+    assert set(clients["consumer"]["egress"]) == {"C-1", "D-3", "D-2", "D-1", "G-1", "total"}
+    queues = {q["name"]: q for q in state["queues"]}
+    assert queues["/queue/busy"]["ready_consumers"] == 0
+    tripped = {w["name"] for q in state["queues"] for w in q["watermarks"] if w["tripped"]}
+    assert tripped == {"VolQueueStore /queue/full"}
+    assert {w["name"] for w in state["watermarks"]} >= {"VolQueueStore", "TopicLiveBuffer"}
