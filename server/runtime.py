@@ -7,17 +7,19 @@ queued by timers and store callbacks are written in one burst.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
-from twisted.python.threadpool import ThreadPool
 
 from wiremq.modules.egress import Outbox
 
 T = TypeVar("T")
+Job = tuple[Callable[[], Any], Callable[[Any], None], Callable[[Exception], None]]
 
 
 class _Timer:
@@ -34,14 +36,19 @@ class _Timer:
 
 
 class ThreadWorker:
-    """One dedicated thread running blocking calls in order; results return on the reactor."""
+    """One dedicated thread running blocking calls in order; results return on the reactor.
+
+    A plain thread and a queue rather than a thread pool: a store commit is handed
+    over and answered with as little machinery (and GIL traffic) as possible.
+    """
 
     def __init__(self, name: str, runtime: TwistedRuntime) -> None:
         self.name = name
         self.runtime = runtime
-        self.pool = ThreadPool(minthreads=1, maxthreads=1, name=f"wiremq-{name}")
-        self.pool.start()
         self.pending = 0
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"wiremq-{name}", daemon=True)
+        self._thread.start()
 
     def submit(
         self,
@@ -50,12 +57,19 @@ class ThreadWorker:
         failed: Callable[[Exception], None],
     ) -> None:
         self.pending += 1
-        reactor = self.runtime.reactor
+        self._jobs.put((call, done, failed))
 
-        def finished(success: bool, result: Any) -> None:
-            reactor.callFromThread(self._deliver, success, result, done, failed)
-
-        self.pool.callInThreadWithCallback(finished, call)
+    def _run(self) -> None:
+        call_from_thread = self.runtime.reactor.callFromThread
+        jobs = self._jobs
+        while (job := jobs.get()) is not None:
+            call, done, failed = job
+            try:
+                result = call()
+            except Exception as error:  # handed to ``failed`` on the reactor
+                call_from_thread(self._deliver, False, error, done, failed)
+            else:
+                call_from_thread(self._deliver, True, result, done, failed)
 
     def _deliver(
         self,
@@ -68,8 +82,13 @@ class ThreadWorker:
         if success:
             done(result)
         else:
-            failed(result.value)
+            failed(result)
         self.runtime.outbox.flush()
+
+    def stop(self) -> None:
+        """End the thread after the calls already queued (waits for them)."""
+        self._jobs.put(None)
+        self._thread.join()
 
     def drained(self) -> defer.Deferred[None]:
         """Fires once every call submitted so far has finished."""
@@ -116,5 +135,5 @@ class TwistedRuntime:
     def stop_threads(self) -> None:
         """Stop the worker threads (waiting for the call each one is running)."""
         for worker in self.workers.values():
-            worker.pool.stop()
+            worker.stop()
         self.workers.clear()
