@@ -187,11 +187,18 @@ class Queue(Destination):
         elif self.backlog_after is None:
             self.backlog_after = message.store_seq - 1  # it, and all after it, stay in the store
 
-    def _cache_append(self, message: Message) -> None:
-        self.cache.append(message)
-        self.cache_bytes += message.size
+    def _cache_append(self, message: Message, front: bool = False) -> None:
+        if front:
+            self.cache.appendleft(message)
+        else:
+            self.cache.append(message)
+        self._cache_count(message.size)
+
+    def _cache_count(self, nbytes: int) -> None:
+        """Bytes entering (positive) or leaving (negative) the live buffer."""
+        self.cache_bytes += nbytes
         assert self.persistence is not None
-        self.persistence.cache_bytes += message.size
+        self.persistence.cache_bytes += nbytes
 
     # -- delivery --------------------------------------------------------------------------
 
@@ -209,9 +216,7 @@ class Queue(Destination):
         """Remove the message ``_peek`` returned."""
         if self.cache and self.cache[0] is message:
             self.cache.popleft()
-            self.cache_bytes -= message.size
-            assert self.persistence is not None
-            self.persistence.cache_bytes -= message.size
+            self._cache_count(-message.size)
         else:
             self.store.pop(self.name)
             self._count_volatile(-1, -message.size)
@@ -290,10 +295,7 @@ class Queue(Destination):
             self.store.push_front(self.name, volatile)
             self._count_volatile(len(volatile), sum(m.size for m in volatile))
         for message in reversed([m for m in messages if m.store_seq]):
-            self.cache.appendleft(message)
-            self.cache_bytes += message.size
-            assert self.persistence is not None
-            self.persistence.cache_bytes += message.size
+            self._cache_append(message, front=True)
         self.dispatch()
 
     # -- the store backlog -----------------------------------------------------------------
@@ -383,10 +385,8 @@ class Queue(Destination):
             self.backlog_after = first - 1
 
     def _clear_cache(self) -> None:
-        assert self.persistence is not None
-        self.persistence.cache_bytes -= self.cache_bytes
+        self._cache_count(-self.cache_bytes)
         self.cache.clear()
-        self.cache_bytes = 0
 
     def state(self) -> dict[str, object]:
         return {

@@ -14,6 +14,7 @@ subscriber switches to live delivery (``Subscription.replaying`` goes False).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -108,13 +109,13 @@ class ReplayManager:
             self._finish(subscription)
             return
         if not self._hand_over(subscription):
-            self._later(topic, subscription)
+            self._later(lambda: self._step(topic, subscription))
             return
         settings = self.broker.settings
         amount = settings.get_int("TopicFileStore", "replaybyteamount")
         budget = settings.get_int("DurableTopicSubscriptionManager", "globaldursubbytelimit")
         if self.reading_bytes and self.reading_bytes + amount > budget:
-            self._later(topic, subscription)
+            self._later(lambda: self._step(topic, subscription))
             return
         key = subscription.durable_key
         assert key is not None
@@ -138,9 +139,10 @@ class ReplayManager:
             lambda error: self._read_failed(subscription, error, amount),
         )
 
-    def _later(self, topic: Topic, subscription: Subscription) -> None:
+    def _later(self, step: Callable[[], None]) -> None:
+        """Run ``step`` after replaysleep."""
         pause = self.broker.settings.get_int("TopicFileStore", "replaysleep") / 1000
-        self.broker.runtime.call_later(pause, lambda: self._step(topic, subscription))
+        self.broker.runtime.call_later(pause, step)
 
     def _replayed(
         self, topic: Topic, subscription: Subscription, batch: Batch, amount: int
@@ -160,7 +162,7 @@ class ReplayManager:
         if batch.at_end:
             self._go_live(topic, subscription)
         else:
-            self._later(topic, subscription)
+            self._later(lambda: self._step(topic, subscription))
 
     def _go_live(self, topic: Topic, subscription: Subscription) -> None:
         """The store has nothing more: hand over the rest as the window allows, then go live."""
@@ -170,8 +172,7 @@ class ReplayManager:
             subscription.replaying = False
             self._finish(subscription)
         else:
-            pause = self.broker.settings.get_int("TopicFileStore", "replaysleep") / 1000
-            self.broker.runtime.call_later(pause, lambda: self._go_live(topic, subscription))
+            self._later(lambda: self._go_live(topic, subscription))
 
     def _read_failed(self, subscription: Subscription, error: Exception, amount: int) -> None:
         self.reading_bytes -= amount

@@ -68,10 +68,6 @@ class GroupCommit(Generic[I, R]):
         self.batches = 0  # commits made, for statistics
         self.items = 0  # items committed
 
-    @property
-    def idle(self) -> bool:
-        return not self._open and not self._closed and not self._running
-
     def add(self, item: I) -> None:
         self._open.append(item)
         self._added += 1

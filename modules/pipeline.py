@@ -12,8 +12,8 @@ receipt), so a module never deals with receipts itself.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import structlog
 
@@ -68,7 +68,6 @@ class ModuleContext:
     broker: Broker
     settings: Settings
     domain: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def runtime(self) -> Runtime:

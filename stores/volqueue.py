@@ -79,9 +79,6 @@ class VolQueueStore(Generic[M]):
             self.total_bytes -= size
         return removed
 
-    def queues(self) -> list[str]:
-        return list(self._queues)
-
     def count(self, queue: str) -> int:
         fifo = self._queues.get(queue)
         return len(fifo) if fifo else 0
