@@ -1,7 +1,7 @@
 """Committed message and byte counts, readable from any thread without a transaction.
 
-The persistent counters in a store's ``LogSet`` are the truth and survive a
-reopen; this mirror of them is replaced only after a commit returns, so a
+The persistent counters of each log in a store's ``LogSet`` are the truth and
+survive a reopen; this mirror of them is replaced only after a commit returns, so a
 watermark check on the reactor thread sees committed figures and never
 touches ZODB.
 """
@@ -23,7 +23,6 @@ class Counts:
 @dataclass(frozen=True, slots=True)
 class CountSnapshot:
     destinations: dict[str, Counts]
-    total: Counts
 
     @classmethod
     def of(cls, logs: LogSet, destinations: Iterable[str]) -> CountSnapshot:
@@ -33,8 +32,7 @@ class CountSnapshot:
         """
         found = {name: logs.logs.get(name) for name in destinations}
         return cls(
-            {name: Counts(log.count, log.bytes) for name, log in found.items() if log is not None},
-            Counts(logs.count, logs.bytes),
+            {name: Counts(log.count, log.bytes) for name, log in found.items() if log is not None}
         )
 
 
@@ -42,7 +40,8 @@ class CountMirror:
     """Per-destination and total counts as of the last commit.
 
     ``publish`` swaps in new dicts instead of mutating, so a reader on another
-    thread always sees one consistent state.
+    thread always sees one consistent state. The total moves by the change of
+    each destination published, so a commit costs what it touched, not a scan.
     """
 
     def __init__(self) -> None:
@@ -50,14 +49,23 @@ class CountMirror:
         self._total = Counts()
 
     def publish(self, snapshot: CountSnapshot) -> None:
-        self._destinations = {**self._destinations, **snapshot.destinations}
-        self._total = snapshot.total
+        old = self._destinations
+        messages, nbytes = self._total.messages, self._total.bytes
+        for name, counts in snapshot.destinations.items():
+            before = old.get(name, _NONE)
+            messages += counts.messages - before.messages
+            nbytes += counts.bytes - before.bytes
+        self._destinations = {**old, **snapshot.destinations}
+        self._total = Counts(messages, nbytes)
 
     def destinations(self) -> list[str]:
         return sorted(self._destinations)
 
     def get(self, destination: str) -> Counts:
-        return self._destinations.get(destination, Counts())
+        return self._destinations.get(destination, _NONE)
 
     def total(self) -> Counts:
         return self._total
+
+
+_NONE = Counts()

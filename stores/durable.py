@@ -66,7 +66,7 @@ class DurableLogSet(LogSet):
         members.remove(key)
         if not members:
             del self.subscribers[sub.topic]
-            self.clear(self.log(sub.topic))
+            self.log(sub.topic).clear()
         return sub
 
     def has_subscribers(self, topic: str) -> bool:
@@ -84,7 +84,7 @@ class DurableLogSet(LogSet):
         for topic in topics:
             log = self.logs.get(topic)
             if log is not None:
-                for seq in log.messages.keys(max=self.floor(topic)):
+                for seq in log.upto(self.floor(topic)):
                     yield topic, seq
 
     def collect(

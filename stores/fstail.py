@@ -20,9 +20,9 @@ from persistent.timestamp import TimeStamp
 from ZODB.FileStorage.format import DATA_HDR, DATA_HDR_LEN, TRANS_HDR, TRANS_HDR_LEN
 from ZODB.utils import get_pickle_metadata
 
-from .model import MessageRecord
+from .model import MessageBlock
 
-_RECORD_CLASS = (MessageRecord.__module__, MessageRecord.__qualname__)
+_BLOCK_CLASS = (MessageBlock.__module__, MessageBlock.__qualname__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +72,21 @@ def _read_records(file: BinaryIO, pos: int, end: int) -> tuple[int, list[tuple[s
     messages = []
     while pos + DATA_HDR_LEN <= end:
         file.seek(pos)
-        _oid, _tid, _prev, _tloc, _vlen, plen = struct.unpack(DATA_HDR, file.read(DATA_HDR_LEN))
+        _oid, _tid, prev, _tloc, _vlen, plen = struct.unpack(DATA_HDR, file.read(DATA_HDR_LEN))
         record_end = pos + DATA_HDR_LEN + (plen or 8)
         if record_end > end:
             break
         records += 1
         data = file.read(plen)
-        if plen and get_pickle_metadata(data) == _RECORD_CLASS:
-            messages.append(_message_of(data))
+        # Only a block's first revision brings messages; later ones only remove.
+        if plen and prev == 0 and get_pickle_metadata(data) == _BLOCK_CLASS:
+            messages.extend(_messages_of(data))
         pos = record_end
     return records, messages
 
 
-def _message_of(data: bytes) -> tuple[str, str]:
-    """(destination, message id) from a MessageRecord's pickle: class, then state.
+def _messages_of(data: bytes) -> list[tuple[str, str]]:
+    """(destination, message id) of each message in a MessageBlock's pickle: class, then state.
 
     Best effort: this only feeds a log line, so a record that will not decode
     is named as such instead of stopping the recovery.
@@ -94,9 +95,9 @@ def _message_of(data: bytes) -> tuple[str, str]:
         unpickler = _Unpickler(io.BytesIO(data))
         unpickler.load()
         state = unpickler.load()
-        return str(state["destination"]), str(state["message_id"])
+        return [(str(fields[1]), str(fields[0])) for fields in pickle.loads(state["data"])]
     except Exception:
-        return "?", "(undecodable record)"
+        return [("?", "(undecodable record)")]
 
 
 def _ends_with_committed_transaction(file: BinaryIO, offset: int, file_size: int) -> bool:

@@ -1,38 +1,94 @@
-"""The persistent objects of a store: message records and per-destination logs.
+"""The persistent objects of a store: message blocks, per-destination logs, the root.
 
-Each message is its own ZODB record so that a BTree bucket holds only small
-references and an append or removal rewrites little more than the message.
-Counts live beside the data they count, so that watermarks and a reopen never
-need a scan.
+The messages a commit appends to one log are kept together as one record (a
+``MessageBlock``), not one record per message: ZODB's cost is per record
+(pickling, and a persistent reference in an index bucket rewritten on every
+append), so a group commit of eight messages costs about what one costs.
+The index of blocks is a B-tree with small buckets, so that the bucket an
+append rewrites stays small. Counts live beside the data they count, so that
+watermarks and a reopen never need a scan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import fields
+import pickle
+from collections.abc import Iterator, Sequence
 from itertools import islice
-from typing import Any
 
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree, OOTreeSet
 from persistent import Persistent
 
+from .errors import StoreError
 from .records import StoredMessage
 
-_FIELDS = tuple(f.name for f in fields(StoredMessage))
+# A block holds at most this many messages, or this many bytes past its first
+# message, so that removing part of one (which rewrites it) stays cheap.
+BLOCK_MESSAGES = 64
+BLOCK_BYTES = 32_768
 
 
-class MessageRecord(Persistent):
-    """One stored message, kept as named attributes so old records survive new fields."""
+def blocks_of(messages: Sequence[StoredMessage]) -> Iterator[Sequence[StoredMessage]]:
+    """Consecutive runs of ``messages`` within the block limits."""
+    start, size = 0, 0
+    for i, message in enumerate(messages):
+        if i > start and (i - start >= BLOCK_MESSAGES or size + message.size > BLOCK_BYTES):
+            yield messages[start:i]
+            start, size = i, 0
+        size += message.size
+    if start < len(messages):
+        yield messages[start:]
 
-    def __init__(self, message: StoredMessage) -> None:
-        for name in _FIELDS:
-            setattr(self, name, getattr(message, name))
 
-    def message(self) -> StoredMessage:
-        self._p_activate()
-        state: Mapping[str, Any] = vars(self)
-        return StoredMessage(**{k: v for k, v in state.items() if k in _FIELDS})
+class MessageBlock(Persistent):
+    """Messages appended to one log in one commit, at consecutive sequence numbers.
+
+    ``data`` is the messages' ``StoredMessage.fields()`` (fields added later
+    must come last, with defaults) as one pickle; ``gone`` holds the
+    offsets of the ones removed since. Messages decoded for a read or a
+    removal are cached in a volatile attribute, which ZODB drops with the
+    object's state; a new block keeps only its pickle (its messages are in
+    the server's live buffer), so a store being filled holds no second copy.
+    """
+
+    def __init__(self, messages: Sequence[StoredMessage]) -> None:
+        try:
+            self.data = pickle.dumps(tuple(m.fields() for m in messages), protocol=5)
+        except Exception as exc:
+            raise StoreError(f"messages cannot be stored: {exc}") from exc
+        self.gone: frozenset[int] = frozenset()
+
+    def messages(self) -> tuple[StoredMessage, ...]:
+        """Every message of the block, removed ones included (see ``gone``)."""
+        cached: tuple[StoredMessage, ...] | None = getattr(self, "_v_messages", None)
+        if cached is None:
+            cached = tuple(StoredMessage(*fields) for fields in pickle.loads(self.data))
+            self._v_messages = cached
+        return cached
+
+    def live(self) -> Iterator[tuple[int, StoredMessage]]:
+        """(offset, message) of the messages not removed, in order."""
+        gone = self.gone
+        return ((i, m) for i, m in enumerate(self.messages()) if i not in gone)
+
+    def remove(self, offset: int) -> StoredMessage | None:
+        """Mark one message removed; None if it is not (or no longer) there."""
+        messages = self.messages()
+        if not 0 <= offset < len(messages) or offset in self.gone:
+            return None
+        self.gone = self.gone | {offset}
+        return messages[offset]
+
+    @property
+    def empty(self) -> bool:
+        return len(self.gone) == len(self.messages())
+
+
+class BlockIndex(LOBTree):
+    """First sequence number -> ``MessageBlock``, with small buckets (see the module doc)."""
+
+    max_leaf_size = 16
+    max_internal_size = 64
 
 
 class MessageLog(Persistent):
@@ -44,48 +100,79 @@ class MessageLog(Persistent):
     """
 
     def __init__(self) -> None:
-        self.messages: LOBTree = LOBTree()
+        self.blocks: BlockIndex = BlockIndex()
         self.last_seq = 0
         self.count = 0
         self.bytes = 0
 
-    def append(self, message: StoredMessage) -> int:
-        self.last_seq += 1
-        self.messages[self.last_seq] = MessageRecord(message)
-        self.count += 1
-        self.bytes += message.size
-        return self.last_seq
+    def append(self, messages: Sequence[StoredMessage]) -> int:
+        """Add messages at the end, in one block; returns the first one's sequence number."""
+        first = self.last_seq + 1
+        self.blocks[first] = MessageBlock(messages)
+        self.last_seq += len(messages)
+        self.count += len(messages)
+        self.bytes += sum(m.size for m in messages)
+        return first
 
     def pop(self, seq: int) -> StoredMessage | None:
         """Remove one message; None if it is not (or no longer) there."""
-        record = self.messages.pop(seq, None)
-        if record is None:
+        first = self._block_start(seq)
+        if first is None:
             return None
-        message: StoredMessage = record.message()
+        block: MessageBlock = self.blocks[first]
+        message = block.remove(seq - first)
+        if message is None:
+            return None
+        if block.empty:
+            del self.blocks[first]
         self.count -= 1
         self.bytes -= message.size
         return message
 
     def after(self, seq: int) -> Iterator[tuple[int, StoredMessage]]:
         """Messages with a sequence number above ``seq``, in order."""
-        for key, record in self.messages.items(min=seq, excludemin=True):
-            yield key, record.message()
+        start = self._block_start(seq + 1) or 0
+        for first, block in self.blocks.items(min=start):
+            for offset, message in block.live():
+                if first + offset > seq:
+                    yield first + offset, message
+
+    def upto(self, seq: int) -> Iterator[int]:
+        """Sequence numbers of the messages at or below ``seq``, in order."""
+        for first, block in self.blocks.items(max=seq):
+            for offset, _ in block.live():
+                if first + offset > seq:
+                    return
+                yield first + offset
 
     def clear(self) -> None:
-        """Drop every message in one small write (a fresh tree; the old one is garbage)."""
-        self.messages = LOBTree()
+        """Drop every message in one small write (a fresh index; the old one is garbage).
+
+        Their expiry index entries go stale; the sweep drops them.
+        """
+        self.blocks = BlockIndex()
         self.count = 0
         self.bytes = 0
 
+    def _block_start(self, seq: int) -> int | None:
+        """The first sequence number of the block that holds (or held) ``seq``."""
+        try:
+            first: int = self.blocks.maxKey(seq)
+        except ValueError:
+            return None
+        return first
+
 
 class LogSet(Persistent):
-    """The root object of one store: its logs, the expiry index and the totals."""
+    """The root object of one store: its logs and the expiry index.
+
+    It keeps no totals: a total here would rewrite the root on every commit;
+    the store adds up the logs' counts instead (see ``counts``).
+    """
 
     def __init__(self) -> None:
         self.logs: OOBTree = OOBTree()
         self.expiry: OOTreeSet = OOTreeSet()  # (expires ms, destination, seq)
-        self.count = 0
-        self.bytes = 0
 
     def log(self, destination: str) -> MessageLog:
         """The destination's log, created on first use."""
@@ -94,30 +181,30 @@ class LogSet(Persistent):
             log = self.logs[destination] = MessageLog()
         return log
 
-    def append(self, message: StoredMessage) -> int:
-        """Add a message to its destination's log; returns its position there."""
-        seq = self.log(message.destination).append(message)
-        if message.expires:
-            self.expiry.add((message.expires, message.destination, seq))
-        self.count += 1
-        self.bytes += message.size
-        return seq
+    def append(self, messages: Sequence[StoredMessage]) -> list[int]:
+        """Add messages to their destinations' logs; returns each one's position there.
+
+        Each destination's messages keep their order and go into as few
+        blocks as the block limits allow.
+        """
+        positions = [0] * len(messages)
+        for destination, indexed in _by_destination(messages).items():
+            log = self.log(destination)
+            start = log.last_seq + 1
+            for block in blocks_of([m for _, m in indexed]):
+                log.append(block)
+            for n, (i, message) in enumerate(indexed):
+                positions[i] = start + n
+                if message.expires:
+                    self.expiry.add((message.expires, destination, start + n))
+        return positions
 
     def pop(self, destination: str, seq: int) -> StoredMessage | None:
         log = self.logs.get(destination)
         message = None if log is None else log.pop(seq)
-        if message is not None:
-            if message.expires:
-                self.expiry.remove((message.expires, destination, seq))
-            self.count -= 1
-            self.bytes -= message.size
+        if message is not None and message.expires:
+            self.expiry.remove((message.expires, destination, seq))
         return message
-
-    def clear(self, log: MessageLog) -> None:
-        """Empty a log; its expiry entries go stale and the sweep drops them."""
-        self.count -= log.count
-        self.bytes -= log.bytes
-        log.clear()
 
     def expire_due(self, now_ms: int, limit: int) -> tuple[list[StoredMessage], bool]:
         """Remove up to ``limit`` messages due at ``now_ms``, soonest first.
@@ -136,3 +223,13 @@ class LogSet(Persistent):
             else:
                 removed.append(message)
         return removed, len(due) < limit
+
+
+def _by_destination(
+    messages: Sequence[StoredMessage],
+) -> dict[str, list[tuple[int, StoredMessage]]]:
+    """(index in ``messages``, message) per destination, in order."""
+    groups: dict[str, list[tuple[int, StoredMessage]]] = {}
+    for i, message in enumerate(messages):
+        groups.setdefault(message.destination, []).append((i, message))
+    return groups

@@ -6,7 +6,7 @@ wire bytes and delivery state); they keep only what must survive a restart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +20,24 @@ class StoredMessage:
     priority: int = 4  # 0..9, JMS default 4
     expires: int = 0  # ms since epoch; 0 = never
     timestamp: int = 0  # ms since epoch when the server received it
+    # Bytes counted against watermarks: body plus header text (derived, not stored).
+    size: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def size(self) -> int:
-        """Bytes counted against watermarks: body plus header text."""
-        return len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.headers)
+    def __post_init__(self) -> None:
+        size = len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.headers)
+        object.__setattr__(self, "size", size)
+
+    def fields(self) -> tuple[object, ...]:
+        """The stored fields in declaration order: ``StoredMessage(*m.fields())`` rebuilds ``m``."""
+        return (
+            self.message_id,
+            self.destination,
+            self.headers,
+            self.body,
+            self.priority,
+            self.expires,
+            self.timestamp,
+        )
 
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms

@@ -22,7 +22,7 @@ from .errors import StoreOpenError
 from .filestorage import open_file_storage
 
 
-def open_database(uri: str, *, connect_timeout: float = 10.0, cache_size: int = 10_000) -> DB:
+def open_database(uri: str, *, connect_timeout: float = 10.0, cache_size: int = 1000) -> DB:
     """Open the database named by ``uri``.
 
     ``connect_timeout`` bounds the wait for a ZEO or PostgreSQL server;

@@ -92,9 +92,10 @@ class TopicStore(LogStore[DurableLogSet]):
         no durable subscription will ever need (it is not stored).
         """
         with self._session.write(f"append {len(messages)}") as logs:
-            seqs = [
-                logs.append(m) if logs.has_subscribers(m.destination) else None for m in messages
-            ]
+            keep = [logs.has_subscribers(m.destination) for m in messages]
+            stored = [m for m, kept in zip(messages, keep, strict=True) if kept]
+            positions = iter(logs.append(stored))
+            seqs = [next(positions) if kept else None for kept in keep]
             snapshot = CountSnapshot.of(logs, destinations_of(messages))
         self._counts.publish(snapshot)
         return seqs

@@ -13,7 +13,7 @@ T = "/topic/news"
 
 
 class Unpicklable(bytes):
-    """A body that makes the commit fail while the data is being written."""
+    """A body that cannot be written, so the append fails."""
 
     def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
         raise TypeError("this body cannot be stored")
@@ -62,11 +62,11 @@ class CountTests:
         assert {d: (queue.count(d), queue.byte_count(d)) for d in queue.destinations()} == before
         assert (queue.total_count(), queue.total_bytes()) == totals
 
-    def test_a_failed_commit_changes_neither_data_nor_counts(self, stores: Stores) -> None:
+    def test_a_failed_append_changes_neither_data_nor_counts(self, stores: Stores) -> None:
         queue = stores.queue()
         queue.append([message("ok")])
         unpicklable = StoredMessage("bad", "/queue/a", (), Unpicklable(b"x"))
-        with pytest.raises(StoreError, match="commit failed"):
+        with pytest.raises(StoreError, match="cannot be stored"):
             queue.append([message("lost"), unpicklable])
         assert (queue.count("/queue/a"), queue.total_count()) == (1, 1)
         queue.append([message("after")])

@@ -75,3 +75,31 @@ class EnqueueAckTests:
     def test_reading_an_unknown_queue_is_empty(self, stores: Stores) -> None:
         batch = stores.queue().read("/queue/none", now_ms=0, after_seq=7)
         assert batch.messages == [] and batch.at_end and batch.last_seq == 7
+
+    def test_a_batch_beyond_one_block_keeps_consecutive_positions_and_order(
+        self, stores: Stores
+    ) -> None:
+        queue = stores.queue()
+        sent = [message(f"m{i}", body=b"x" * 700) for i in range(150)]  # > 64 msgs, > 32 KiB
+        seqs = queue.append(sent)
+        assert seqs == list(range(seqs[0], seqs[0] + 150))
+        got = queue.read("/queue/a", now_ms=0, limit=1000, max_bytes=10**9)
+        assert [m for _, m in got.messages] == sent
+
+    def test_removals_across_and_within_blocks_survive_a_restart(self, stores: Stores) -> None:
+        queue = stores.queue()
+        first = queue.append([message(f"a{i}") for i in range(5)])
+        second = queue.append([message(f"b{i}") for i in range(5)])
+        assert queue.remove("/queue/a", [*first, second[1], second[3]]) == 7
+        stores.restart()
+        queue = stores.queue()
+        batch = queue.read("/queue/a", now_ms=0)
+        assert [(s, m.message_id) for s, m in batch.messages] == [
+            (second[0], "b0"),
+            (second[2], "b2"),
+            (second[4], "b4"),
+        ]
+        assert queue.remove("/queue/a", [second[1], second[2]]) == 1
+        after = queue.read("/queue/a", now_ms=0, after_seq=second[0])
+        assert [m.message_id for _, m in after.messages] == ["b4"]
+        assert (queue.count("/queue/a"), queue.total_count()) == (2, 2)
