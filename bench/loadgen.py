@@ -177,7 +177,7 @@ SCENARIOS: dict[str, Scenario] = {
             "persist-8p-each",
             "persistent: 8 producers, each waiting on every receipt, fill a queue, then drain",
             128,
-            20_000,
+            60_000,
             fill_and_drain("/queue/p8", 8, EACH_RECEIPT),
         ),
         Scenario(

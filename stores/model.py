@@ -45,10 +45,10 @@ class MessageBlock(Persistent):
 
     ``data`` is the messages' ``StoredMessage.fields()`` (fields added later
     must come last, with defaults) as one pickle; ``gone`` holds the
-    offsets of the ones removed since. Messages decoded for a read or a
-    removal are cached in a volatile attribute, which ZODB drops with the
-    object's state; a new block keeps only its pickle (its messages are in
-    the server's live buffer), so a store being filled holds no second copy.
+    offsets of the ones removed since. A read decodes the block and keeps
+    nothing; removals keep the decoded messages in a volatile attribute
+    (ZODB drops it with the object's state) until the block is empty, so
+    memory holds a second copy only of blocks being consumed.
     """
 
     def __init__(self, messages: Sequence[StoredMessage]) -> None:
@@ -56,14 +56,14 @@ class MessageBlock(Persistent):
             self.data = pickle.dumps(tuple(m.fields() for m in messages), protocol=5)
         except Exception as exc:
             raise StoreError(f"messages cannot be stored: {exc}") from exc
+        self.count = len(messages)
         self.gone: frozenset[int] = frozenset()
 
     def messages(self) -> tuple[StoredMessage, ...]:
         """Every message of the block, removed ones included (see ``gone``)."""
         cached: tuple[StoredMessage, ...] | None = getattr(self, "_v_messages", None)
         if cached is None:
-            cached = tuple(StoredMessage(*fields) for fields in pickle.loads(self.data))
-            self._v_messages = cached
+            return tuple(StoredMessage(*fields) for fields in pickle.loads(self.data))
         return cached
 
     def live(self) -> Iterator[tuple[int, StoredMessage]]:
@@ -73,15 +73,17 @@ class MessageBlock(Persistent):
 
     def remove(self, offset: int) -> StoredMessage | None:
         """Mark one message removed; None if it is not (or no longer) there."""
-        messages = self.messages()
-        if not 0 <= offset < len(messages) or offset in self.gone:
+        if not 0 <= offset < self.count or offset in self.gone:
             return None
+        messages = self._v_messages = self.messages()
         self.gone = self.gone | {offset}
+        if self.empty:
+            del self._v_messages
         return messages[offset]
 
     @property
     def empty(self) -> bool:
-        return len(self.gone) == len(self.messages())
+        return len(self.gone) == self.count
 
 
 class BlockIndex(LOBTree):

@@ -9,7 +9,7 @@ from pathlib import Path
 from structlog.testing import capture_logs
 from ZODB.FileStorage import FileStorage
 
-from wiremq.stores.model import BLOCK_BYTES, BLOCK_MESSAGES, blocks_of
+from wiremq.stores.model import BLOCK_BYTES, BLOCK_MESSAGES, MessageLog, blocks_of
 from wiremq.stores.persqueue import PersQueueStore
 from wiremq.stores.storage import open_database
 
@@ -66,3 +66,16 @@ def test_a_torn_removal_loses_no_message_and_names_none(tmp_path: Path) -> None:
     (event,) = [e for e in logs if e["event"] == "store.recovered"]
     assert "remove" in str(event["transaction_note"]) and event["lost_messages"] == []
     assert ids == ["m0", "m1", "m2", "m3"]  # the removal never committed: all still there
+
+
+def test_only_blocks_being_consumed_keep_decoded_messages() -> None:
+    log = MessageLog()
+    log.append([message(f"m{i}") for i in range(3)])
+    block = log.blocks[1]
+    assert [m.message_id for _, m in log.after(0)] == ["m0", "m1", "m2"]
+    assert getattr(block, "_v_messages", None) is None  # a read keeps nothing
+    assert log.pop(2) is not None
+    assert getattr(block, "_v_messages", None) is not None  # more removals will follow
+    assert log.pop(1) is not None and log.pop(3) is not None
+    assert getattr(block, "_v_messages", None) is None and 1 not in log.blocks
+    assert (log.count, log.bytes) == (0, 0)
