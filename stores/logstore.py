@@ -12,6 +12,7 @@ from ZODB import DB
 
 from .chunks import Chunk, run_in_chunks
 from .counts import CountMirror, CountSnapshot
+from .errors import StoreOpenError
 from .model import LogSet
 from .records import StoredMessage
 from .results import Batch, SweepResult
@@ -43,7 +44,15 @@ class LogStore(Generic[RootT]):
         self._clock = clock
         self._counts = CountMirror()
         with self._session.read() as logs:
-            snapshot = CountSnapshot.of(logs, logs.logs.keys())
+            layout = logs.layout
+            snapshot = CountSnapshot.of(logs, logs.logs.keys()) if layout == logs.LAYOUT else None
+        if snapshot is None:
+            self._session.close()
+            raise StoreOpenError(
+                f"the {root_name!r} store was written in layout {layout} by an older "
+                f"wiremq; this one reads layout {LogSet.LAYOUT}. Drain it with the older "
+                "version, or move its data away to start empty."
+            )
         self._counts.publish(snapshot)
 
     def close(self) -> None:

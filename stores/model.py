@@ -172,9 +172,13 @@ class LogSet(Persistent):
     the store adds up the logs' counts instead (see ``counts``).
     """
 
+    LAYOUT = 2  # the layout this module reads and writes (2: message blocks)
+    layout = 1  # what a root written before layouts were recorded reads as
+
     def __init__(self) -> None:
         self.logs: OOBTree = OOBTree()
         self.expiry: OOTreeSet = OOTreeSet()  # (expires ms, destination, seq)
+        self.layout = self.LAYOUT
 
     def log(self, destination: str) -> MessageLog:
         """The destination's log, created on first use."""

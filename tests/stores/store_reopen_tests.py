@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from wiremq.stores.errors import StoreOpenError
+
 from .store_fixtures import Stores, message
 
 T = "/topic/news"
@@ -84,3 +88,12 @@ class ReopenTests:
         ]
         assert queue.count("/queue/a") == 5
         assert [m.message_id for _, m in topics.replay("c1", "s1", now_ms=0).messages] == ["t"]
+
+    def test_a_store_in_an_older_layout_is_refused_with_a_clear_error(self, stores: Stores) -> None:
+        queue = stores.queue()
+        queue.append([message("old")])
+        with queue._session.write("pretend an older wiremq wrote this") as logs:
+            logs.layout = 1
+        stores.restart()
+        with pytest.raises(StoreOpenError, match="layout 1 by an older wiremq"):
+            stores.queue()
