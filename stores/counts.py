@@ -36,12 +36,16 @@ class CountSnapshot:
         )
 
 
+_NONE = Counts()
+
+
 class CountMirror:
     """Per-destination and total counts as of the last commit.
 
-    ``publish`` swaps in new dicts instead of mutating, so a reader on another
-    thread always sees one consistent state. The total moves by the change of
-    each destination published, so a commit costs what it touched, not a scan.
+    A commit costs what it touched, not a scan: the total moves by the change
+    of each destination published, and known destinations are updated in
+    place (a reader on another thread sees each value whole); only a new
+    destination makes a new dict, so that no reader iterates one that grows.
     """
 
     def __init__(self) -> None:
@@ -55,7 +59,10 @@ class CountMirror:
             before = old.get(name, _NONE)
             messages += counts.messages - before.messages
             nbytes += counts.bytes - before.bytes
-        self._destinations = {**old, **snapshot.destinations}
+        if snapshot.destinations.keys() <= old.keys():
+            old.update(snapshot.destinations)
+        else:
+            self._destinations = {**old, **snapshot.destinations}
         self._total = Counts(messages, nbytes)
 
     def destinations(self) -> list[str]:
@@ -66,6 +73,3 @@ class CountMirror:
 
     def total(self) -> Counts:
         return self._total
-
-
-_NONE = Counts()

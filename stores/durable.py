@@ -15,7 +15,7 @@ from itertools import islice
 from BTrees.OOBTree import OOBTree, OOTreeSet
 from persistent import Persistent
 
-from .model import LogSet
+from .model import LogSet, grouped
 from .records import StoredMessage
 
 SubscriptionKey = tuple[str, str]  # (client_id, subscription name)
@@ -95,5 +95,5 @@ class DurableLogSet(LogSet):
         Returns them and whether none are left.
         """
         due = list(islice(self.passed(self.logs.keys() if topics is None else topics), limit))
-        removed = [m for topic, seq in due if (m := self.pop(topic, seq)) is not None]
+        removed = [m for topic, seqs in grouped(due).items() for m in self.pop(topic, seqs)]
         return removed, len(due) < limit

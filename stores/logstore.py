@@ -152,12 +152,7 @@ class LogStore(Generic[RootT]):
     def _remove(self, positions: dict[str, list[int]], note: str) -> list[StoredMessage]:
         """Remove messages by position in one commit; positions already gone are ignored."""
         with self._session.write(note) as logs:
-            removed = [
-                message
-                for destination, seqs in positions.items()
-                for seq in seqs
-                if (message := logs.pop(destination, seq)) is not None
-            ]
+            removed = [m for name, seqs in positions.items() for m in logs.pop(name, seqs)]
             snapshot = CountSnapshot.of(logs, destinations_of(removed))
         self._counts.publish(snapshot)
         return removed

@@ -12,8 +12,9 @@ watermarks and a reopen never need a scan.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
+from typing import TypeVar
 
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree, OOTreeSet
@@ -26,6 +27,18 @@ from .records import StoredMessage
 # message, so that removing part of one (which rewrites it) stays cheap.
 BLOCK_MESSAGES = 64
 BLOCK_BYTES = 32_768
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def grouped(pairs: Iterable[tuple[K, V]]) -> dict[K, list[V]]:
+    """The values of ``pairs`` by key, each list in the order met."""
+    groups: dict[K, list[V]] = {}
+    for key, value in pairs:
+        groups.setdefault(key, []).append(value)
+    return groups
 
 
 def blocks_of(messages: Sequence[StoredMessage]) -> Iterator[Sequence[StoredMessage]]:
@@ -66,24 +79,34 @@ class MessageBlock(Persistent):
             return tuple(StoredMessage(*fields) for fields in pickle.loads(self.data))
         return cached
 
+    def live_offsets(self) -> Iterator[int]:
+        """Offsets of the messages not removed, in order, without decoding the block."""
+        gone = self.gone
+        return (i for i in range(self.count) if i not in gone)
+
     def live(self) -> Iterator[tuple[int, StoredMessage]]:
         """(offset, message) of the messages not removed, in order."""
-        gone = self.gone
-        return ((i, m) for i, m in enumerate(self.messages()) if i not in gone)
+        messages = self.messages()
+        return ((i, messages[i]) for i in self.live_offsets())
 
-    def remove(self, offset: int) -> StoredMessage | None:
-        """Mark one message removed; None if it is not (or no longer) there."""
-        if not 0 <= offset < self.count or offset in self.gone:
-            return None
-        messages = self._v_messages = self.messages()
-        self.gone = self.gone | {offset}
-        if self.empty:
-            del self._v_messages
-        return messages[offset]
+    def remove(self, offsets: Iterable[int]) -> tuple[dict[int, StoredMessage], bool]:
+        """Take messages out; returns those that were there, by offset, and whether
+        none is left.
 
-    @property
-    def empty(self) -> bool:
-        return len(self.gone) == self.count
+        A block left empty is not changed: the caller drops it, and rewriting
+        it would only write garbage. Offsets not (or no longer) there are skipped.
+        """
+        taken = {i for i in offsets if 0 <= i < self.count and i not in self.gone}
+        if not taken:
+            return {}, False
+        messages = self.messages()
+        emptied = len(self.gone) + len(taken) == self.count
+        if emptied:
+            self._v_messages = None
+        else:
+            self._v_messages = messages
+            self.gone = self.gone | taken
+        return {i: messages[i] for i in taken}, emptied
 
 
 class BlockIndex(LOBTree):
@@ -108,28 +131,32 @@ class MessageLog(Persistent):
         self.bytes = 0
 
     def append(self, messages: Sequence[StoredMessage]) -> int:
-        """Add messages at the end, in one block; returns the first one's sequence number."""
+        """Add messages at the end, in as few blocks as the block limits allow;
+        returns the first one's sequence number."""
         first = self.last_seq + 1
-        self.blocks[first] = MessageBlock(messages)
-        self.last_seq += len(messages)
+        for run in blocks_of(messages):
+            self.blocks[self.last_seq + 1] = MessageBlock(run)
+            self.last_seq += len(run)
         self.count += len(messages)
         self.bytes += sum(m.size for m in messages)
         return first
 
-    def pop(self, seq: int) -> StoredMessage | None:
-        """Remove one message; None if it is not (or no longer) there."""
-        first = self._block_start(seq)
-        if first is None:
-            return None
-        block: MessageBlock = self.blocks[first]
-        message = block.remove(seq - first)
-        if message is None:
-            return None
-        if block.empty:
-            del self.blocks[first]
-        self.count -= 1
-        self.bytes -= message.size
-        return message
+    def pop(self, seqs: Iterable[int]) -> list[tuple[int, StoredMessage]]:
+        """Remove messages by position, block by block; returns (seq, message) of those
+        that were there, in the order asked. Positions not (or no longer) there are
+        skipped."""
+        wanted = list(dict.fromkeys(seqs))
+        starts = ((self._block_start(seq), seq) for seq in wanted)
+        by_block = grouped((first, seq - first) for first, seq in starts if first is not None)
+        found: dict[int, StoredMessage] = {}
+        for first, offsets in by_block.items():
+            taken, emptied = self.blocks[first].remove(offsets)
+            if emptied:
+                del self.blocks[first]
+            found.update((first + i, message) for i, message in taken.items())
+        self.count -= len(found)
+        self.bytes -= sum(m.size for m in found.values())
+        return [(seq, found[seq]) for seq in wanted if seq in found]
 
     def after(self, seq: int) -> Iterator[tuple[int, StoredMessage]]:
         """Messages with a sequence number above ``seq``, in order."""
@@ -142,7 +169,7 @@ class MessageLog(Persistent):
     def upto(self, seq: int) -> Iterator[int]:
         """Sequence numbers of the messages at or below ``seq``, in order."""
         for first, block in self.blocks.items(max=seq):
-            for offset, _ in block.live():
+            for offset in block.live_offsets():
                 if first + offset > seq:
                     return
                 yield first + offset
@@ -194,23 +221,23 @@ class LogSet(Persistent):
         blocks as the block limits allow.
         """
         positions = [0] * len(messages)
-        for destination, indexed in _by_destination(messages).items():
-            log = self.log(destination)
-            start = log.last_seq + 1
-            for block in blocks_of([m for _, m in indexed]):
-                log.append(block)
+        by_destination = grouped((m.destination, (i, m)) for i, m in enumerate(messages))
+        for destination, indexed in by_destination.items():
+            start = self.log(destination).append([m for _, m in indexed])
             for n, (i, message) in enumerate(indexed):
                 positions[i] = start + n
                 if message.expires:
                     self.expiry.add((message.expires, destination, start + n))
         return positions
 
-    def pop(self, destination: str, seq: int) -> StoredMessage | None:
+    def pop(self, destination: str, seqs: Iterable[int]) -> list[StoredMessage]:
+        """Remove messages of one destination by position (see ``MessageLog.pop``)."""
         log = self.logs.get(destination)
-        message = None if log is None else log.pop(seq)
-        if message is not None and message.expires:
-            self.expiry.remove((message.expires, destination, seq))
-        return message
+        removed = [] if log is None else log.pop(seqs)
+        for seq, message in removed:
+            if message.expires:
+                self.expiry.remove((message.expires, destination, seq))
+        return [message for _, message in removed]
 
     def expire_due(self, now_ms: int, limit: int) -> tuple[list[StoredMessage], bool]:
         """Remove up to ``limit`` messages due at ``now_ms``, soonest first.
@@ -220,22 +247,9 @@ class LogSet(Persistent):
         transaction stays small either way.
         """
         due = list(islice(self.expiry.keys(max=(now_ms + 1,), excludemax=True), limit))
-        removed = []
+        by_destination = grouped((destination, seq) for _, destination, seq in due)
+        removed = [m for name, seqs in by_destination.items() for m in self.pop(name, seqs)]
         for key in due:
-            _, destination, seq = key
-            message = self.pop(destination, seq)
-            if message is None:
+            if key in self.expiry:  # stale: its message had already gone
                 self.expiry.remove(key)
-            else:
-                removed.append(message)
         return removed, len(due) < limit
-
-
-def _by_destination(
-    messages: Sequence[StoredMessage],
-) -> dict[str, list[tuple[int, StoredMessage]]]:
-    """(index in ``messages``, message) per destination, in order."""
-    groups: dict[str, list[tuple[int, StoredMessage]]] = {}
-    for i, message in enumerate(messages):
-        groups.setdefault(message.destination, []).append((i, message))
-    return groups

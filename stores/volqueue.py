@@ -68,9 +68,11 @@ class VolQueueStore(Generic[M]):
         fifo = self._queues.get(queue)
         if not fifo:
             return []
-        removed = [m for m in fifo if condition(m)]
+        removed: list[M] = []
+        kept: list[M] = []
+        for message in fifo:
+            (removed if condition(message) else kept).append(message)
         if removed:
-            kept = [m for m in fifo if not condition(m)]
             fifo.clear()
             fifo.extend(kept)
             size = sum(m.size for m in removed)
