@@ -235,7 +235,7 @@ class Broker:
         self.store_watermarks[domain].sync(
             store.total_count() + messages, store.total_bytes() + nbytes
         )
-        self.spool.usage_changed(None)
+        self.spool.spool_usage_changed()
 
     def commit_statistics(self) -> dict[str, dict[str, int]]:
         """Commits made by each group commit and the items they carried."""

@@ -65,8 +65,6 @@ class StoreCleanup:
         self.steps = steps
         self._timer: Timer | None = None
         self._stopped = True
-        self.runs = 0
-        self.removed = 0
 
     def start(self) -> None:
         self._stopped = False
@@ -97,7 +95,6 @@ class StoreCleanup:
     def _done(
         self, step: int, result: SweepResult, removed: Callable[[list[StoredMessage]], None]
     ) -> None:
-        self.removed += len(result.removed)
         if result.removed:
             removed(result.removed)
         if result.more:
@@ -105,7 +102,6 @@ class StoreCleanup:
         elif step + 1 < len(self.steps):
             self._schedule(0, step + 1)
         else:
-            self.runs += 1
             self._schedule(self.settings.get_float(self.group, "cleanupinterval"), 0)
 
     def _failed(self, error: Exception) -> None:

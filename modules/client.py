@@ -19,7 +19,7 @@ from wiremq.modules.destinations import Topic
 from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import effective_expiry
 from wiremq.modules.flow.egress_queues import Policy
-from wiremq.modules.message import CLASS_OF_SERVICE, Message
+from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 from wiremq.modules.stomp.session import SessionSettings, StompSession
 from wiremq.modules.subscription import Subscription
@@ -82,7 +82,7 @@ class ClientConnection:
         if self not in target.producers:
             target.add_producer(self)
         headers = frame.headers
-        if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in ("1", "2", "3"):
+        if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:
             raise ProtocolError(
                 "invalid class-of-service header", "class-of-service must be 1, 2 or 3"
             )
@@ -165,9 +165,7 @@ class ClientConnection:
         subscription id, scoped by ``client-id`` when there is one).
         """
         headers = frame.headers
-        name = headers.get(DURABLE_NAME)
-        if name is None and "true" in (headers.get("durable"), headers.get("persistent")):
-            name = frame.headers.get("id") or sub_id
+        name = _durable_name(headers, sub_id)
         if name is None:
             return None
         if not isinstance(target, Topic):
@@ -187,15 +185,12 @@ class ClientConnection:
         return key
 
     def on_unsubscribe(self, frame: Frame, sub_id: str) -> None:
-        headers = frame.headers
-        remove_durable = DURABLE_NAME in headers or "true" in (
-            headers.get("durable"),
-            headers.get("persistent"),
-        )
+        name = _durable_name(frame.headers, sub_id)
+        remove_durable = name is not None
         subscription = self.subscriptions.get(sub_id)
         if subscription is None and not remove_durable:
             raise ProtocolError("unknown subscription", f"no subscription with id {sub_id!r}")
-        key = (self.client_id, headers.get(DURABLE_NAME) or sub_id)
+        key = (self.client_id, name or sub_id)
         if subscription is not None:
             self.detach(subscription)
             key = subscription.durable_key or key
@@ -370,3 +365,17 @@ def _window(frame: Frame, names: tuple[str, ...], default: int) -> int:
                 )
             return int(text)
     return default
+
+
+def _durable_name(headers: dict[str, str], sub_id: str) -> str | None:
+    """The durable subscription a SUBSCRIBE or UNSUBSCRIBE names, or None if none.
+
+    One rule for both, so that an UNSUBSCRIBE finds the subscription its
+    SUBSCRIBE made: ``activemq.subscriptionName`` names it (even when empty),
+    ``durable:true`` / ``persistent:true`` name it by the subscription id.
+    """
+    if DURABLE_NAME in headers:
+        return headers[DURABLE_NAME]
+    if "true" in (headers.get("durable"), headers.get("persistent")):
+        return sub_id
+    return None

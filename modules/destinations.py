@@ -17,7 +17,6 @@ messages: the replay delivers them, in order.
 from __future__ import annotations
 
 import itertools
-import time
 from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING
@@ -143,7 +142,7 @@ class Queue(Destination):
         self.cache_bytes = 0
         self.backlog_after: int | None = None  # stored messages after this seq are not cached
         self.reading = False
-        self.last_dispatch = time.monotonic()
+        self.last_dispatch = broker.runtime.monotonic()
         self._arrivals = 0
         self._next = 0  # round-robin position among consumers
         self.volatile = broker.vol_watermark
@@ -251,7 +250,7 @@ class Queue(Destination):
             consumer.deliver(message)
             message = self._peek()
         self._next = turn % count
-        self.last_dispatch = time.monotonic()
+        self.last_dispatch = self.broker.runtime.monotonic()
         if expired:
             self.expired(expired)
         if self.backlog_after is not None and not self.reading and not self.cache:
@@ -330,9 +329,7 @@ class Queue(Destination):
             self.arrived(message)
             self._cache_append(message)
         if batch.expired and batch.expired_removed:
-            self.broker.expiry.expired(
-                self.name, [Message.from_stored(m, 0) for m in batch.expired]
-            )
+            self.broker.expiry.expired_stored(self.name, batch.expired)
             self.broker.store_changed(P2P, [self.name])
         self.backlog_after = None if batch.at_end else batch.last_seq
         self.dispatch()
@@ -354,7 +351,7 @@ class Queue(Destination):
         if stored and persistence is not None and on_read:
 
             def removed(found: list[StoredMessage]) -> None:
-                self.broker.expiry.expired(self.name, [Message.from_stored(m, 0) for m in found])
+                self.broker.expiry.expired_stored(self.name, found)
                 self.broker.store_changed(P2P, [self.name])
 
             persistence.expire_queue_messages(self.name, stored, removed)
@@ -379,7 +376,7 @@ class Queue(Destination):
             for message in kept:
                 self._cache_append(message)
             self.expired(expired)
-        if self.cache and time.monotonic() - self.last_dispatch > idle_for:
+        if self.cache and self.broker.runtime.monotonic() - self.last_dispatch > idle_for:
             first = self.cache[0].store_seq
             self._clear_cache()
             self.backlog_after = first - 1

@@ -42,7 +42,6 @@ class ReplayManager:
         self.reading_bytes = 0  # replay reads in progress, all subscribers
         self._positions: dict[Subscription, int] = {}  # replay position per subscriber
         self._pending: dict[Subscription, deque[Message]] = {}  # read, not yet handed over
-        self.replayed = 0  # messages delivered by replays, for statistics
 
     @property
     def _persistence(self) -> Persistence:
@@ -101,7 +100,6 @@ class ReplayManager:
             if not subscription.ready_for(pending[0]):
                 return False
             subscription.deliver(pending.popleft())
-            self.replayed += 1
         return True
 
     def _step(self, topic: Topic, subscription: Subscription) -> None:
@@ -155,9 +153,7 @@ class ReplayManager:
             Message.from_stored(stored, seq) for seq, stored in batch.messages
         )
         if batch.expired and batch.expired_removed:
-            self.broker.expiry.expired(
-                topic.name, [Message.from_stored(m, 0) for m in batch.expired]
-            )
+            self.broker.expiry.expired_stored(topic.name, batch.expired)
         self._positions[subscription] = batch.last_seq
         if batch.at_end:
             self._go_live(topic, subscription)

@@ -91,9 +91,8 @@ class Egress:
         self,
         outbox: Outbox,
         limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
-        on_discard: Callable[[Entry], object] | None = None,
     ) -> None:
-        self.queues = EgressQueues(limits, Policy.BLOCK, on_discard or _tell_owner)
+        self.queues = EgressQueues(limits, Policy.BLOCK, _tell_owner)
         self.outbox = outbox
         self.queued = False
         self.writer: EgressWriter | None = None

@@ -17,6 +17,7 @@ import structlog
 
 from wiremq.modules.message import Message
 from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
     from wiremq.modules.broker import Broker
@@ -46,12 +47,17 @@ class ExpiryHandler:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.expired_count = 0
-        self.dead_count = 0
+
+    def expired_stored(self, destination: str, stored: Iterable[StoredMessage]) -> None:
+        """Messages a persistent store found expired (and removed): they are handled as
+        any expired message, so they too reach the dead message queue if configured."""
+        self.expired(destination, [Message.from_stored(m, 0) for m in stored])
 
     def expired(
         self, destination: str, messages: Iterable[Message], reason: str = "expired"
     ) -> None:
+        """Log the expired ``messages`` of ``destination`` and discard them or move them
+        to its dead message queue, as its ``expiredmessages`` setting says."""
         messages = list(messages)
         if not messages:
             return
@@ -61,7 +67,6 @@ class ExpiryHandler:
             settings.for_destination(destination, "expiredmessages") == "deadmessagequeue"
             and destination != dmq
         )
-        self.expired_count += len(messages)
         log.info(
             "message.expired",
             destination=destination,
@@ -80,5 +85,4 @@ class ExpiryHandler:
                 headers["persistent"] = "true"
             dead = Message(message.message_id, dmq, headers, message.body)
             dead.target = target
-            self.dead_count += 1
             self.broker.submit(dead)

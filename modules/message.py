@@ -24,7 +24,8 @@ _FRAME_ONLY_HEADERS = frozenset(
 )
 _SPECIAL = frozenset("\\\n:\r")
 CLASS_OF_SERVICE = "class-of-service"
-_BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
+# The egress queue of a non-persistent message, by its class-of-service header.
+BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
 
 
 class MessageOrigin(Protocol):
@@ -82,7 +83,7 @@ class Message:
         self.egress_queue = (
             EgressQueue.G1
             if self.persistent
-            else _BY_CLASS_OF_SERVICE.get(headers.get("class-of-service", "1"), EgressQueue.D1)
+            else BY_CLASS_OF_SERVICE.get(headers.get(CLASS_OF_SERVICE, "1"), EgressQueue.D1)
         )
         self.receipt = receipt
         self.transaction = transaction

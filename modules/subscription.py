@@ -69,7 +69,6 @@ class Subscription:
         version: str,
         durable_key: tuple[str, str] | None = None,
         window: tuple[int, int] = (1 << 62, 1 << 62),
-        policy: str = "block",
     ) -> None:
         self.sub_id = sub_id
         self.number = number
@@ -92,7 +91,7 @@ class Subscription:
         self.inflight_bytes = 0
         self.waiting = False  # a destination skipped it for not being ready
         self.cursor = 0  # next index in its topic's live buffer
-        self.policy = policy  # a topic subscriber's slow-subscriber policy
+        self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
         self.delivered = 0
         self.client: ClientConnection  # set by the connection that made it
 

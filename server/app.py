@@ -19,7 +19,6 @@ from wiremq.modules.cleanup import Periodic, StoreCleanup, SweepStep
 from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import QueueLimits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
-from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import P2P, PUBSUB, ModuleContext
 from wiremq.modules.stomp.codec import DecoderLimits
@@ -29,6 +28,7 @@ from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.stores import OpenStores
 from wiremq.server.writer import CLOSE_GRACE, abort_if_open
+from wiremq.stores.model import grouped
 from wiremq.stores.records import StoredMessage
 from wiremq.stores.results import SweepResult
 from wiremq.stores.topicstore import TopicStore
@@ -119,15 +119,16 @@ class WiremqServer:
     def _start_cleanups(self, persistence: Persistence) -> None:
         settings, runtime, broker = self.settings, self.runtime, self.broker
 
-        def expired(destination_of_each: list[StoredMessage]) -> None:
-            by_destination: dict[str, list[Message]] = {}
-            for stored in destination_of_each:
-                message = Message.from_stored(stored, 0)
-                by_destination.setdefault(stored.destination, []).append(message)
-            for destination, messages in by_destination.items():
-                broker.expiry.expired(destination, messages)
-            for domain, store in ((P2P, persistence.queues), (PUBSUB, persistence.topics)):
-                broker.store_changed(domain, store.destinations())
+        def expired_in(domain: str) -> Callable[[list[StoredMessage]], None]:
+            """What a sweep of ``domain``'s store does with the expired messages it removed."""
+
+            def expired(removed: list[StoredMessage]) -> None:
+                by_destination = grouped((stored.destination, stored) for stored in removed)
+                for destination, messages in by_destination.items():
+                    broker.expiry.expired_stored(destination, messages)
+                broker.store_changed(domain, by_destination)
+
+            return expired
 
         def collected(removed: list[StoredMessage]) -> None:
             log.debug("topics.collected", messages=len(removed))
@@ -141,7 +142,7 @@ class WiremqServer:
                 persistence.queue_worker,
                 settings,
                 "PersQueueFileStore",
-                [(_sweep(queues.sweep_expired), expired)],
+                [(_sweep(queues.sweep_expired), expired_in(P2P))],
             ),
             StoreCleanup(
                 "topics",
@@ -149,7 +150,10 @@ class WiremqServer:
                 persistence.topic_worker,
                 settings,
                 "TopicFileStore",
-                [(_sweep(topics.sweep_expired), expired), (_collect(topics), collected)],
+                [
+                    (_sweep(topics.sweep_expired), expired_in(PUBSUB)),
+                    (_collect(topics), collected),
+                ],
             ),
             Periodic(
                 runtime,

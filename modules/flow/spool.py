@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from wiremq.modules.destinations import QUEUE_PREFIX, TOPIC_PREFIX
+from wiremq.modules.destinations import QUEUE_PREFIX
 from wiremq.modules.flow.threshold import Threshold, Transition, percent_threshold
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline import P2P
+from wiremq.modules.pipeline import P2P, PUBSUB
 
 if TYPE_CHECKING:
     from wiremq.modules.broker import Broker
@@ -33,34 +33,47 @@ LOW_PRIORITY = 4  # JMS priorities 0..3 are low
 
 class Pending:
     """Persistent messages accepted and not yet committed (in the group-commit buffer),
-    counted per destination so that quotas and store watermarks include them."""
+    counted per destination so that quotas and store watermarks include them.
+
+    The per-domain and overall totals are kept as messages come and go, because
+    they are read on every persistent SEND and every commit.
+    """
 
     def __init__(self) -> None:
         self._counts: dict[str, list[int]] = {}  # destination -> [messages, bytes]
+        self._domains: dict[str, list[int]] = {P2P: [0, 0], PUBSUB: [0, 0]}
+        self._total_bytes = 0
 
     def add(self, message: Message) -> None:
-        entry = self._counts.setdefault(message.destination, [0, 0])
-        entry[0] += 1
-        entry[1] += message.stored_size
+        self._count(message, 1)
 
     def remove(self, message: Message) -> None:
-        entry = self._counts[message.destination]
-        entry[0] -= 1
-        entry[1] -= message.stored_size
-        if not entry[0]:
+        self._count(message, -1)
+        if not self._counts[message.destination][0]:
             del self._counts[message.destination]
+
+    def _count(self, message: Message, messages: int) -> None:
+        """Count ``messages`` (1 or -1) of ``message``'s size in its destination,
+        its domain and the overall total."""
+        nbytes = messages * message.stored_size
+        name = message.destination
+        # Broker.destination() admits only /queue/ and /topic/ names.
+        domain = P2P if name.startswith(QUEUE_PREFIX) else PUBSUB
+        for entry in (self._counts.setdefault(name, [0, 0]), self._domains[domain]):
+            entry[0] += messages
+            entry[1] += nbytes
+        self._total_bytes += nbytes
 
     def of(self, destination: str) -> tuple[int, int]:
         entry = self._counts.get(destination)
         return (entry[0], entry[1]) if entry else (0, 0)
 
     def of_domain(self, domain: str) -> tuple[int, int]:
-        prefix = QUEUE_PREFIX if domain == P2P else TOPIC_PREFIX
-        entries = [e for name, e in self._counts.items() if name.startswith(prefix)]
-        return sum(e[0] for e in entries), sum(e[1] for e in entries)
+        messages, nbytes = self._domains[domain]
+        return messages, nbytes
 
     def total_bytes(self) -> int:
-        return sum(e[1] for e in self._counts.values())
+        return self._total_bytes
 
 
 class Spool:
@@ -138,15 +151,20 @@ class Spool:
             target.domain
         ].tripped
 
-    def usage_changed(self, target: Destination | None) -> None:
-        """Raise or clear usage events after a store's counts changed."""
+    def usage_changed(self, target: Destination) -> None:
+        """Raise or clear ``target``'s usage events after its store counts changed."""
+        persistence = self.broker.persistence
+        assert persistence is not None
+        store = persistence.queues if target.domain == P2P else persistence.topics
+        self._update(target.name, target.spool_quota, store.byte_count(target.name))
+
+    def spool_usage_changed(self) -> None:
+        """Raise or clear the whole spool's usage events; once per commit, as its
+        usage is the same whichever destinations the commit changed."""
         persistence = self.broker.persistence
         assert persistence is not None
         used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
         self._update("message spool", self.spool_limit, used)
-        if target is not None:
-            store = persistence.queues if target.domain == P2P else persistence.topics
-            self._update(target.name, target.spool_quota, store.byte_count(target.name))
 
     def _update(self, scope: str, quota: int, used: int) -> None:
         if quota <= 0:
