@@ -27,11 +27,12 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 from clients import (
@@ -46,7 +47,7 @@ from clients import (
     run_producer,
     run_roundtrip,
 )
-from server_proc import ManagedServer, ServerStartError, server_cpu_seconds
+from server_proc import ManagedServer, PeriodicSampler, ServerStartError, server_cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -319,44 +320,44 @@ class Run:
     peak_rss_mb: float | None = None
 
 
-class PeakRss:
+class PeakSource(Protocol):
+    """Something sampling the server's resident memory while the clients run."""
+
+    @property
+    def peak_mb(self) -> float | None: ...
+
+
+class PeakRss(PeriodicSampler):
     """The server's largest resident memory while clients run, sampled every 50 ms.
 
     A drain or a replay can hold far more in memory midway than at its end.
     """
 
     def __init__(self, target: Target) -> None:
+        super().__init__(0.05, "rss")
         self.target = target
         self.peak_mb: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="rss", daemon=True)
 
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while True:
-            stopping = self._stop.wait(0.05)
-            rss = sample_rss_mb(self.target)
-            if rss is not None and (self.peak_mb is None or rss > self.peak_mb):
-                self.peak_mb = rss
-            if stopping:
-                return
+    def sample(self) -> None:
+        rss = sample_rss_mb(self.target)
+        if rss is not None and (self.peak_mb is None or rss > self.peak_mb):
+            self.peak_mb = rss
 
 
 def run_clients(
-    clients: list[tuple[str, Work, Any]], consumers: int, target: Target, tuning: Tuning
+    clients: list[tuple[str, Work, Any]],
+    consumers: int,
+    target: Target,
+    tuning: Tuning,
+    rss: PeakSource | None = None,
 ) -> Run:
     """Start one process per client, release them together, collect their results.
 
     The server's CPU is sampled after every client has connected and subscribed
     and before the go signal, and again when all have reported, so connection
-    set-up is not charged to the scenario; its memory is sampled throughout.
+    set-up is not charged to the scenario; its memory is sampled throughout, by
+    ``rss`` when the caller already samples it around this call (one sampler, not
+    two at once), else by a ``PeakRss`` of its own.
     """
     ctx = mp.get_context("spawn")
     shared = Shared(
@@ -384,12 +385,12 @@ def run_clients(
         else:
             cpu_before = sample_cpu(target)
             shared.go.set()
-        with PeakRss(target) as rss:
+        with PeakRss(target) if rss is None else nullcontext(rss) as memory:
             run.results = collect(shared.results, procs)
         cpu_after = sample_cpu(target)
         if cpu_before is not None and cpu_after is not None:
             run.cpu_s = cpu_after - cpu_before
-        run.peak_rss_mb = rss.peak_mb
+        run.peak_rss_mb = memory.peak_mb
     finally:
         for proc in procs.values():
             proc.join(5)

@@ -34,7 +34,6 @@ import re
 import secrets
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,9 +44,18 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from clients import PREFIX_LEN, SEQ_WIDTH, TAG_END, ClientResult, Shared, _finish, _start
+from clients import (
+    PREFIX_LEN,
+    SEQ_WIDTH,
+    TAG_END,
+    ClientResult,
+    Shared,
+    _finish,
+    _note_stale,
+    _start,
+)
 from loadgen import Target, Tuning, json_safe, machine_info, run_clients, sample_rss_mb
-from server_proc import ManagedServer, ServerStartError
+from server_proc import ManagedServer, PeriodicSampler, ServerStartError
 from stomp_wire import Frame, ProtocolError, ServerError, StompConnection, describe
 
 GIB = 2**30
@@ -388,15 +396,10 @@ def run_receiver(plan: ReceiverPlan, shared: Shared, result: ClientResult) -> No
     )
 
 
-def _note_stale(result: ClientResult, frames: list[Frame]) -> None:
-    if frames:
-        result.warnings.append(f"{len(frames)} message(s) were waiting before the run started")
-
-
 # -- the parent: sampling, running, figures ---------------------------------------------------
 
 
-class Monitor:
+class Monitor(PeriodicSampler):
     """Samples the server's RSS and the clients' counters every 100 ms, in a thread.
 
     Every ``progress`` seconds (0: never) it prints a line, so a long flood
@@ -411,42 +414,29 @@ class Monitor:
         body_size: int,
         progress: float,
     ) -> None:
+        super().__init__(SAMPLE_INTERVAL, "monitor")
         self.target = target
         self.receivers = receivers
         self.counters = counters
         self.body_size = body_size
         self.progress = progress
         self.samples: list[tuple[int, float | None, list[int]]] = []  # (ns, rss MB, counters)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="monitor", daemon=True)
+        self._began = time.monotonic()
+        self._next_print = self._began + progress
 
-    def __enter__(self) -> Monitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        began = time.monotonic()
-        next_print = began + self.progress
-        while True:
-            stopping = self._stop.wait(SAMPLE_INTERVAL)
-            rss = sample_rss_mb(self.target)
-            self.samples.append((time.time_ns(), rss, list(self.counters)))
-            if self.progress and time.monotonic() >= next_print:
-                next_print += self.progress
-                sent = self.counters[SENT]
-                got = min(self.counters[FIRST_RECEIVER : FIRST_RECEIVER + self.receivers])
-                print(
-                    f"    ... {time.monotonic() - began:5.0f} s: sent {sent:,} "
-                    f"({sent * self.body_size / GIB:.2f} GiB), slowest receiver {got:,}, "
-                    f"rss {rss or 0:.0f} MB (peak {self.peak_mb or 0:.0f})",
-                    flush=True,
-                )
-            if stopping:
-                return
+    def sample(self) -> None:
+        rss = sample_rss_mb(self.target)
+        self.samples.append((time.time_ns(), rss, list(self.counters)))
+        if self.progress and time.monotonic() >= self._next_print:
+            self._next_print += self.progress
+            sent = self.counters[SENT]
+            got = min(self.counters[FIRST_RECEIVER : FIRST_RECEIVER + self.receivers])
+            print(
+                f"    ... {time.monotonic() - self._began:5.0f} s: sent {sent:,} "
+                f"({sent * self.body_size / GIB:.2f} GiB), slowest receiver {got:,}, "
+                f"rss {rss or 0:.0f} MB (peak {self.peak_mb or 0:.0f})",
+                flush=True,
+            )
 
     @property
     def peak_mb(self) -> float | None:
@@ -482,7 +472,7 @@ class Monitor:
         return num / den * 60 if den else math.nan
 
 
-class ReportReader:
+class ReportReader(PeriodicSampler):
     """Reads the clients' reports while they run.
 
     A report bigger than a pipe's buffer would otherwise keep its client from
@@ -491,27 +481,18 @@ class ReportReader:
     """
 
     def __init__(self, reports: Queue[dict[str, Any]]) -> None:
+        # a client killed mid-report leaves a message never completed: do not wait for it
+        super().__init__(0.1, "reports", join_timeout=10)
         self.reports = reports
         self.items: dict[str, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reports", daemon=True)
 
-    def __enter__(self) -> ReportReader:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(10)  # a client killed mid-report leaves a message never completed
-
-    def _run(self) -> None:
+    def sample(self) -> None:
+        """Take every report that has arrived."""
         while True:
             try:
-                item = self.reports.get(timeout=0.1)
+                item = self.reports.get_nowait()
             except queue.Empty:
-                if self._stop.is_set():
-                    return
-                continue
+                return
             self.items[item["name"]] = item
 
 
@@ -611,7 +592,7 @@ def run_scenario(
                 target, link.counters, len(plans), options.body_size, options.progress
             ) as monitor,
         ):
-            run = run_clients(clients, len(plans), target, tuning)
+            run = run_clients(clients, len(plans), target, tuning, rss=monitor)
         outcome = Outcome(run.results, reports.items, monitor, FlowLog(), baseline)
         started = [r.started_ns for r in run.results if r.started_ns]
         finished = [r.finished_ns for r in run.results if r.finished_ns]

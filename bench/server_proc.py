@@ -12,10 +12,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import psutil
 
@@ -37,6 +39,39 @@ def server_cpu_seconds(proc: psutil.Process) -> float:
             continue
         total += times.user + times.system
     return total
+
+
+class PeriodicSampler:
+    """Calls ``sample`` every ``interval`` seconds in a background thread while the ``with``
+    block runs, and once more as it ends, so what happened last is sampled too.
+
+    ``join_timeout`` bounds the wait for the thread at the end (None: wait as long as it takes).
+    """
+
+    def __init__(self, interval: float, name: str, join_timeout: float | None = None) -> None:
+        self.interval = interval
+        self.join_timeout = join_timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def sample(self) -> None:
+        """Take one sample; what that is, the subclass says."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(self.join_timeout)
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stop.wait(self.interval)
+            self.sample()
+            if stopping:
+                return
 
 
 class ServerStartError(RuntimeError):

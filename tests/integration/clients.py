@@ -1,11 +1,12 @@
-"""Test clients: a recording stomp.py listener and a raw-socket STOMP client."""
+"""Test clients: a recording stomp.py listener, a raw-socket STOMP client, and the
+helpers the integration tests share (polling, filling a destination, a free port)."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import stomp
 from stomp.utils import Frame as StompPyFrame
@@ -14,6 +15,24 @@ from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 TIMEOUT = 10.0
+
+
+def until(condition: Callable[[], object], timeout: float = TIMEOUT, every: float = 0.02) -> bool:
+    """Poll ``condition`` until it holds; False at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on, for a server started as its own process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class Recorder(stomp.ConnectionListener):
@@ -67,6 +86,16 @@ def connect(
     connection.set_listener("recorder", recorder)
     connection.connect(wait=True, headers=connect_headers)
     return connection, recorder
+
+
+def fill(port: int, destination: str, bodies: Sequence[str], **headers: str) -> None:
+    """Send ``bodies`` from a fresh connection and return once every one has its receipt,
+    so the server holds them all before the test goes on."""
+    producer, recorder = connect(port)
+    for i, body in enumerate(bodies):
+        producer.send(destination, body, headers=dict(headers), receipt=f"fill-{i}")
+    assert recorder.wait_until(lambda: len(recorder.receipts) == len(bodies))
+    producer.disconnect()
 
 
 class RawClient:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.clients import RawClient, connect
+from tests.integration.clients import RawClient, connect, fill
 
 
 def _subscribed(connection, recorder, destination, sub_id="1", ack="auto"):
@@ -10,18 +10,10 @@ def _subscribed(connection, recorder, destination, sub_id="1", ack="auto"):
     assert recorder.wait_until(lambda: f"s-{sub_id}" in recorder.receipts)
 
 
-def _send(server, destination, count):
-    producer, recorder = connect(server.port)
-    for i in range(count):
-        producer.send(destination, str(i), receipt=f"p{i}")
-    assert recorder.wait_until(lambda: len(recorder.receipts) == count)
-    producer.disconnect()
-
-
 def test_client_ack_is_cumulative_and_the_rest_is_redelivered(server):
     first, first_recorder = connect(server.port)
     _subscribed(first, first_recorder, "/queue/cum", ack="client")
-    _send(server, "/queue/cum", 5)
+    fill(server.port, "/queue/cum", [str(i) for i in range(5)])
     messages = first_recorder.wait_for_messages(5)
     first.ack(messages[2].headers["ack"], receipt="acked")
     assert first_recorder.wait_until(lambda: "acked" in first_recorder.receipts)
@@ -36,7 +28,7 @@ def test_client_ack_is_cumulative_and_the_rest_is_redelivered(server):
 def test_client_individual_ack_acknowledges_only_that_message(server):
     first, first_recorder = connect(server.port)
     _subscribed(first, first_recorder, "/queue/ind", ack="client-individual")
-    _send(server, "/queue/ind", 4)
+    fill(server.port, "/queue/ind", [str(i) for i in range(4)])
     messages = first_recorder.wait_for_messages(4)
     first.ack(messages[2].headers["ack"], receipt="acked")
     assert first_recorder.wait_until(lambda: "acked" in first_recorder.receipts)
@@ -53,7 +45,7 @@ def test_consumer_that_drops_goes_to_another_live_consumer(server):
     drops.connect()
     drops.send(b"SUBSCRIBE\nid:x\ndestination:/queue/drop\nack:client\nreceipt:s\n\n\0")
     assert drops.next_frame().command == "RECEIPT"
-    _send(server, "/queue/drop", 10)
+    fill(server.port, "/queue/drop", [str(i) for i in range(10)])
     got = [drops.next_frame() for _ in range(5)]
     assert all(frame.command == "MESSAGE" for frame in got)
     drops.close()  # abrupt: no DISCONNECT, nothing acknowledged
@@ -66,7 +58,7 @@ def test_consumer_that_drops_goes_to_another_live_consumer(server):
 def test_unsubscribe_with_unacked_messages_redelivers_them(server):
     consumer, recorder = connect(server.port)
     _subscribed(consumer, recorder, "/queue/unsub", sub_id="a", ack="client")
-    _send(server, "/queue/unsub", 3)
+    fill(server.port, "/queue/unsub", [str(i) for i in range(3)])
     recorder.wait_for_messages(3)
     consumer.unsubscribe("a")
     _subscribed(consumer, recorder, "/queue/unsub", sub_id="b", ack="auto")
@@ -78,7 +70,7 @@ def test_unsubscribe_with_unacked_messages_redelivers_them(server):
 def test_nack_requeues_the_message_as_redelivered(server):
     consumer, recorder = connect(server.port)
     _subscribed(consumer, recorder, "/queue/nack", ack="client-individual")
-    _send(server, "/queue/nack", 1)
+    fill(server.port, "/queue/nack", ["0"])
     first = recorder.wait_for_messages(1)[0]
     assert "redelivered" not in first.headers
     consumer.nack(first.headers["ack"])
@@ -94,7 +86,7 @@ def test_nack_requeues_the_message_as_redelivered(server):
 def test_nack_with_requeue_false_drops_the_message(server):
     consumer, recorder = connect(server.port)
     _subscribed(consumer, recorder, "/queue/nackdrop", ack="client-individual")
-    _send(server, "/queue/nackdrop", 2)
+    fill(server.port, "/queue/nackdrop", ["0", "1"])
     first, second = recorder.wait_for_messages(2)
     consumer.nack(first.headers["ack"], receipt="n", requeue="false")
     assert recorder.wait_until(lambda: "n" in recorder.receipts)
@@ -107,7 +99,7 @@ def test_nack_with_requeue_false_drops_the_message(server):
 def test_stomp_1_1_ack_by_message_id_and_subscription(server):
     consumer, recorder = connect(server.port, "1.1")
     _subscribed(consumer, recorder, "/queue/ack11", sub_id="s", ack="client-individual")
-    _send(server, "/queue/ack11", 1)
+    fill(server.port, "/queue/ack11", ["0"])
     message = recorder.wait_for_messages(1)[0]
     consumer.ack(message.headers["message-id"], "s", receipt="acked")
     assert recorder.wait_until(lambda: "acked" in recorder.receipts)

@@ -11,15 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.clients import connect
+from tests.integration.clients import connect, free_port
 
 WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 15) -> None:
@@ -47,7 +41,7 @@ def test_help_explains_the_commands():
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_serve_runs_until_a_signal_and_stops_cleanly(tmp_path, stop):
-    port = _free_port()
+    port = free_port()
     data = tmp_path / "data"
     process = subprocess.Popen(
         [*WIREMQ, "serve", "--port", str(port), "--data", str(data)],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.clients import connect
+from tests.integration.clients import connect, until
 
 
 def _now_ms() -> int:
@@ -70,11 +70,9 @@ def test_the_store_cleanup_removes_expired_persistent_messages(start_server):
     producer.send("/queue/sweep", "stays", headers={"persistent": "true"}, receipt="stays")
     assert recorder.wait_until(lambda: len(recorder.receipts) == 41)
     store = server.broker.persistence.queues
-    deadline = time.monotonic() + 10
-    while (store.count("/queue/sweep"), store.count("/queue/DMQ")) != (1, 40):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    until(
+        lambda: (store.count("/queue/sweep"), store.count("/queue/DMQ")) == (1, 40), 10, every=0.05
+    )
     assert store.count("/queue/sweep") == 1
     assert store.count("/queue/DMQ") == 40  # moved, still persistent
     consumer, consumer_recorder = connect(server.port)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import call_in_reactor
-from tests.integration.clients import TIMEOUT, RawClient, connect
+from tests.integration.clients import TIMEOUT, RawClient, connect, fill, until
 from wiremq.modules.events import EVENTS
 from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.frames import Frame
@@ -34,17 +34,6 @@ LEAN_PIPELINE = (
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def until(condition: Callable[[], object], timeout: float = TIMEOUT, every: float = 0.02) -> bool:
-    """Poll ``condition`` until it holds; False at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(every)
 
 
 def send_frame(destination: str, body: str, **headers: str) -> bytes:
@@ -205,25 +194,6 @@ def recording_events() -> Iterator[list[dict[str, Any]]]:
     stop = EVENTS.subscribe(seen.append)
     yield seen
     stop()
-
-
-@pytest.fixture
-def floods() -> Iterator[Callable[..., Flood]]:
-    """``floods(port, destination, ...)``: a Flood, closed after the test."""
-    yield from closing_after(Flood)
-
-
-@pytest.fixture
-def events() -> Iterator[list[dict[str, Any]]]:
-    yield from recording_events()
-
-
-def _fill(port: int, destination: str, bodies: list[str], **headers: str) -> None:
-    producer, recorder = connect(port)
-    for i, body in enumerate(bodies):
-        producer.send(destination, body, headers=dict(headers), receipt=f"f{i}")
-    assert recorder.wait_until(lambda: len(recorder.receipts) == len(bodies))
-    producer.disconnect()
 
 
 # -- producers stopped at watermarks, not dropped -------------------------------------------
@@ -391,7 +361,7 @@ def test_whenfull_fail_refuses_a_new_producers_persistent_send_naming_its_receip
     reactor, start_server
 ):
     server = start_server(WHENFULL, **STORE_AT_3)
-    _fill(server.port, "/queue/full", ["1", "2", "3"], persistent="true")
+    fill(server.port, "/queue/full", ["1", "2", "3"], persistent="true")
     client = RawClient(server.port)
     client.connect()
     error = _persistent_send(client, "/queue/full", "r-full")
@@ -544,7 +514,7 @@ def test_a_client_individual_consumer_never_has_more_than_its_window_unacknowled
 ):
     default = '<wiremq><Destination name="/queue/win" consumerQueueEntriesSize="3"/></wiremq>'
     server = start_server(None if header else default)
-    _fill(server.port, "/queue/win", [f"m{i:02d}" for i in range(15)])
+    fill(server.port, "/queue/win", [f"m{i:02d}" for i in range(15)])
     consumer, recorder = connect(server.port)
     consumer.subscribe(
         "/queue/win", id="1", ack="client-individual", headers={header: "3"} if header else {}
@@ -575,7 +545,7 @@ def test_a_consumer_with_a_full_window_is_skipped_for_another(start_server):
     taker, taker_recorder = connect(server.port)
     taker.subscribe("/queue/skip", id="1", headers={"receipt": "s"})
     assert taker_recorder.wait_until(lambda: taker_recorder.receipts)
-    _fill(server.port, "/queue/skip", [f"{i:02d}" for i in range(20)])
+    fill(server.port, "/queue/skip", [f"{i:02d}" for i in range(20)])
     taker_recorder.wait_for_messages(18)
     stuck_recorder.wait_for_messages(2)
     assert not stuck_recorder.wait_until(lambda: len(stuck_recorder.messages) > 2, timeout=0.2)
@@ -587,7 +557,7 @@ def test_a_consumer_with_a_full_window_is_skipped_for_another(start_server):
 @pytest.mark.parametrize("header", ["consumerQueueEntriesBytes", "prefetch-bytes"])
 def test_a_window_in_bytes(start_server, header):
     server = start_server()
-    _fill(server.port, "/queue/bytes", [str(i) * 100 for i in range(6)])
+    fill(server.port, "/queue/bytes", [str(i) * 100 for i in range(6)])
     consumer, recorder = connect(server.port)
     consumer.subscribe("/queue/bytes", id="1", ack="client-individual", headers={header: "250"})
     recorder.wait_for_messages(3)  # 0, 100 and 200 bytes in flight were below 250
@@ -624,7 +594,7 @@ def test_an_invalid_window_header_gets_an_error(start_server, header, value):
 def test_the_server_wide_limit_on_delivered_unacknowledged_messages(reactor, start_server):
     server = start_server(**{"MessageSpool.maxdeliveredunacked": "6"})
     for name in ("/queue/u1", "/queue/u2"):
-        _fill(server.port, name, [f"{name[-2:]}-{i}" for i in range(10)])
+        fill(server.port, name, [f"{name[-2:]}-{i}" for i in range(10)])
     pairs = [connect(server.port), connect(server.port)]
     for (consumer, _), name in zip(pairs, ("/queue/u1", "/queue/u2"), strict=True):
         consumer.subscribe(name, id="1", ack="client-individual")

@@ -14,26 +14,17 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clients import TIMEOUT, RawClient, connect
+from tests.integration.clients import TIMEOUT, RawClient, connect, until
 from tests.integration.test_flow_control import (
     READ_CHUNK,
-    Flood,
     SlowClient,
     client_state,
     closing_after,
     flow_state,
     number,
-    recording_events,
-    until,
     watermark_state,
 )
 from wiremq.modules.stomp.frames import Frame
-
-
-@pytest.fixture
-def floods() -> Iterator[Callable[..., Flood]]:
-    """``floods(port, destination, ...)``: a publisher thread, closed after the test."""
-    yield from closing_after(Flood)
 
 
 @pytest.fixture
@@ -41,11 +32,6 @@ def slow_clients() -> Iterator[Callable[[int], SlowClient]]:
     """``slow_clients(port)``: a SlowClient, closed after the test (a server cannot stop
     while a client does not read what it was sent)."""
     yield from closing_after(SlowClient)
-
-
-@pytest.fixture
-def events() -> Iterator[list[dict[str, Any]]]:
-    yield from recording_events()
 
 
 TOPIC_WATERMARKS = {

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.conftest import call_in_reactor
-from tests.integration.clients import RawClient, connect
+from tests.integration.clients import RawClient, connect, fill, until
 from wiremq.modules.events import EVENTS
 
 PERSISTENT = {"persistent": "true"}
@@ -16,14 +16,6 @@ PERSISTENT = {"persistent": "true"}
 def _restart(reactor, start_server, server, **overrides):
     call_in_reactor(reactor, server.stop)
     return start_server(**overrides)
-
-
-def _fill(port: int, destination: str, bodies: list[str], headers=PERSISTENT) -> None:
-    producer, recorder = connect(port)
-    for i, body in enumerate(bodies):
-        producer.send(destination, body, headers=dict(headers), receipt=f"r{i}")
-    assert recorder.wait_until(lambda: len(recorder.receipts) == len(bodies))
-    producer.disconnect()
 
 
 def _drain(port: int, destination: str, count: int, ack: str = "auto"):
@@ -36,8 +28,8 @@ def test_persistent_queue_messages_survive_a_restart_and_volatile_ones_do_not(
     reactor, start_server
 ):
     server = start_server()
-    _fill(server.port, "/queue/keep", [f"p{i}" for i in range(20)])
-    _fill(server.port, "/queue/keep", ["volatile"], headers={})
+    fill(server.port, "/queue/keep", [f"p{i}" for i in range(20)], **PERSISTENT)
+    fill(server.port, "/queue/keep", ["volatile"])
     assert server.broker.persistence.queues.count("/queue/keep") == 20
     server = _restart(reactor, start_server, server)
     _, recorder, messages = _drain(server.port, "/queue/keep", 20)
@@ -47,7 +39,7 @@ def test_persistent_queue_messages_survive_a_restart_and_volatile_ones_do_not(
 
 def test_acknowledged_messages_do_not_come_back_after_a_restart(reactor, start_server):
     server = start_server()
-    _fill(server.port, "/queue/acked", [str(i) for i in range(10)])
+    fill(server.port, "/queue/acked", [str(i) for i in range(10)], **PERSISTENT)
     consumer, recorder, messages = _drain(server.port, "/queue/acked", 10, "client-individual")
     for message in messages[:4]:
         consumer.ack(message.headers["ack"], receipt=f"a{message.body}")
@@ -78,7 +70,7 @@ def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(s
         }
     )
     bodies = [f"{i:04d}" + "x" * 96 for i in range(100)]  # 100 B each: 5 fit in memory
-    _fill(server.port, "/queue/deep", bodies)
+    fill(server.port, "/queue/deep", bodies, **PERSISTENT)
     queue = server.broker.queues["/queue/deep"]
     assert len(queue.cache) == 5 and queue.backlog_after is not None
     _, _, messages = _drain(server.port, "/queue/deep", 100)
@@ -118,16 +110,16 @@ def test_durable_subscriber_gets_what_was_published_while_it_was_away(
         return connection, recorder
 
     connection, recorder = subscribe(server.port)
-    _fill(server.port, "/topic/events", ["live"])
+    fill(server.port, "/topic/events", ["live"], **PERSISTENT)
     assert [m.body for m in recorder.wait_for_messages(1)] == ["live"]
     connection.disconnect()
-    _fill(server.port, "/topic/events", [f"missed-{i}" for i in range(250)])
-    _fill(server.port, "/topic/events", ["not-persistent"], headers={})
+    fill(server.port, "/topic/events", [f"missed-{i}" for i in range(250)], **PERSISTENT)
+    fill(server.port, "/topic/events", ["not-persistent"])
     server = _restart(reactor, start_server, server)
     _, recorder = subscribe(server.port)
     replayed = recorder.wait_for_messages(250)
     assert [m.body for m in replayed] == [f"missed-{i}" for i in range(250)]
-    _fill(server.port, "/topic/events", ["after"])
+    fill(server.port, "/topic/events", ["after"], **PERSISTENT)
     assert recorder.wait_for_messages(251)[-1].body == "after"
     assert len(recorder.messages) == 251
 
@@ -139,7 +131,7 @@ def test_unsubscribing_a_durable_subscription_removes_it_and_its_backlog(server)
     assert recorder.wait_until(lambda: "s" in recorder.receipts)
     connection.unsubscribe("1", headers={**durable, "receipt": "u"})
     assert recorder.wait_until(lambda: "u" in recorder.receipts)
-    _fill(server.port, "/topic/drop", ["nobody keeps this"])
+    fill(server.port, "/topic/drop", ["nobody keeps this"], **PERSISTENT)
     connection.subscribe("/topic/drop", id="2", headers={**durable, "receipt": "s2"})
     assert recorder.wait_until(lambda: "s2" in recorder.receipts)
     assert not recorder.wait_until(lambda: recorder.messages, timeout=0.5)
@@ -166,16 +158,13 @@ def test_packing_gives_back_the_space_of_acknowledged_messages(start_server, tmp
     packed: list[dict] = []
     stop = EVENTS.subscribe(lambda e: packed.append(e) if e["event"] == "store.packed" else None)
     try:
-        _fill(server.port, "/queue/pack", ["x" * 2000 for _ in range(100)])
+        fill(server.port, "/queue/pack", ["x" * 2000 for _ in range(100)], **PERSISTENT)
         full = path.stat().st_size
-        _, _, messages = _drain(server.port, "/queue/pack", 100)
-        assert server.broker.persistence.queues.count("/queue/pack") in range(0, 101)
-        deadline = time.monotonic() + 10
-        while server.broker.persistence.queues.count("/queue/pack") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _drain(server.port, "/queue/pack", 100)
+        deadline = time.monotonic() + 10  # for both waits together
+        until(lambda: not server.broker.persistence.queues.count("/queue/pack"), 10, every=0.05)
         seen = len(packed)
-        while len(packed) < seen + 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: len(packed) >= seen + 2, deadline - time.monotonic(), every=0.05)
     finally:
         stop()
     assert len(packed) >= seen + 2, "the store was packed after the removals"

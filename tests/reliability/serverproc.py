@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.test_cli import WIREMQ, _free_port, _wait_listening
+from tests.integration.clients import free_port
+from tests.integration.test_cli import WIREMQ, _wait_listening
 
 
 @dataclass
@@ -23,7 +24,7 @@ class ServerProcess:
 
     @classmethod
     def start(cls, data: Path, log: Path) -> ServerProcess:
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen(
             [*WIREMQ, "serve", "--port", str(port), "--data", str(data)],
             stdout=subprocess.DEVNULL,

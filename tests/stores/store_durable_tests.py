@@ -6,17 +6,13 @@ import pytest
 
 from wiremq.stores.topicstore import TopicStore, UnknownSubscriptionError
 
-from .store_fixtures import Stores, message
+from .store_fixtures import Stores, message, replayed
 
 T = "/topic/news"
 
 
 def publish(topics: TopicStore, *ids: str, topic: str = T) -> list[int | None]:
     return topics.append([message(i, destination=topic) for i in ids])
-
-
-def replayed(topics: TopicStore, client: str = "c1", name: str = "s1", **kw: int) -> list[str]:
-    return [m.message_id for _, m in topics.replay(client, name, now_ms=0, **kw).messages]
 
 
 class DurableSubscriptionTests:

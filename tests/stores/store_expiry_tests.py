@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from .store_fixtures import Stores, message
+from .store_fixtures import Stores, message, queued
 
 T = "/topic/news"
 
@@ -32,7 +32,7 @@ class ExpirySweepTests:
             ("old", "/queue/a", 1_000),
         ]
         assert not result.more
-        left = [m.message_id for _, m in queue.read("/queue/a", now_ms=0).messages]
+        left = queued(queue)
         assert left == ["later", "never"] and queue.count("/queue/b") == 0
 
     def test_sweep_commits_in_small_transactions_and_stops_at_max_messages(

@@ -1,9 +1,10 @@
-"""Opening stores on a backend in tests, and the messages the tests store."""
+"""Opening stores on a backend in tests, the messages the tests store, and reading them back."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from ZODB import DB
 
@@ -55,3 +56,27 @@ def message(
     headers: tuple[tuple[str, str], ...] = (("k", "v"),),
 ) -> StoredMessage:
     return StoredMessage(message_id, destination, headers, body, expires=expires, timestamp=1)
+
+
+def queued(queue: PersQueueStore, name: str = "/queue/a") -> list[str]:
+    """The ids of the messages in a queue, in order (none counts as expired)."""
+    return [m.message_id for _, m in queue.read(name, now_ms=0).messages]
+
+
+def replayed(topics: TopicStore, client: str = "c1", name: str = "s1", **kw: int) -> list[str]:
+    """The ids a durable subscription's replay gives (none counts as expired)."""
+    return [m.message_id for _, m in topics.replay(client, name, now_ms=0, **kw).messages]
+
+
+def queue_ids(uri: str) -> list[str]:
+    """Open the database at ``uri`` afresh (recovering it if need be) and list /queue/a."""
+    db = open_database(uri)
+    try:
+        return queued(PersQueueStore(db))
+    finally:
+        db.close()
+
+
+def recovery_events(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
+    """The ``store.recovered`` events among captured log entries."""
+    return [e for e in logs if e["event"] == "store.recovered"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .store_fixtures import Stores, message
+from .store_fixtures import Stores, message, queued
 
 
 class EnqueueAckTests:
@@ -23,7 +23,7 @@ class EnqueueAckTests:
         sent = [message(f"m{i}", destination=f"/queue/{'ab'[i % 2]}") for i in range(10)]
         queue.append(sent)
         for name in ("/queue/a", "/queue/b"):
-            got = [m.message_id for _, m in queue.read(name, now_ms=0).messages]
+            got = queued(queue, name)
             assert got == [m.message_id for m in sent if m.destination == name]
         assert queue.destinations() == ["/queue/a", "/queue/b"]
 
@@ -37,7 +37,7 @@ class EnqueueAckTests:
         queue = stores.queue()
         seqs = queue.append([message(f"m{i}") for i in range(6)])
         assert queue.remove("/queue/a", [seqs[0], seqs[2], seqs[5]]) == 3
-        remaining = [m.message_id for _, m in queue.read("/queue/a", now_ms=0).messages]
+        remaining = queued(queue)
         assert remaining == ["m1", "m3", "m4"]
 
     def test_removing_an_absent_position_is_ignored(self, stores: Stores) -> None:
@@ -53,7 +53,7 @@ class EnqueueAckTests:
         a = queue.append([message("a0"), message("a1")])
         b = queue.append([message("b0", destination="/queue/b")])
         assert queue.remove_batch({"/queue/a": [a[1]], "/queue/b": b}) == 2
-        assert [m.message_id for _, m in queue.read("/queue/a", now_ms=0).messages] == ["a0"]
+        assert queued(queue) == ["a0"]
         assert queue.read("/queue/b", now_ms=0).messages == []
 
     def test_read_pages_by_count_and_by_bytes(self, stores: Stores) -> None:

@@ -13,7 +13,7 @@ from wiremq.stores.model import BLOCK_BYTES, BLOCK_MESSAGES, MessageLog, blocks_
 from wiremq.stores.persqueue import PersQueueStore
 from wiremq.stores.storage import open_database
 
-from .store_fixtures import message
+from .store_fixtures import message, queue_ids, recovery_events
 
 
 def records_in_last_transaction(path: Path) -> int:
@@ -60,10 +60,8 @@ def test_a_torn_removal_loses_no_message_and_names_none(tmp_path: Path) -> None:
     db.close()
     os.truncate(path, (before + after) // 2)
     with capture_logs() as logs:
-        db = open_database(path.as_uri())
-        ids = [m.message_id for _, m in PersQueueStore(db).read("/queue/a", now_ms=0).messages]
-        db.close()
-    (event,) = [e for e in logs if e["event"] == "store.recovered"]
+        ids = queue_ids(path.as_uri())
+    (event,) = recovery_events(logs)
     assert "remove" in str(event["transaction_note"]) and event["lost_messages"] == []
     assert ids == ["m0", "m1", "m2", "m3"]  # the removal never committed: all still there
 

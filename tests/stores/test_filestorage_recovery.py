@@ -7,9 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -18,16 +16,7 @@ from wiremq.stores.errors import StoreOpenError
 from wiremq.stores.persqueue import PersQueueStore
 from wiremq.stores.storage import open_database
 
-from .store_fixtures import message
-
-
-def queue_ids(uri: str) -> list[str]:
-    db = open_database(uri)
-    try:
-        store = PersQueueStore(db)
-        return [m.message_id for _, m in store.read("/queue/a", now_ms=0).messages]
-    finally:
-        db.close()
+from .store_fixtures import message, queue_ids, recovery_events
 
 
 def write_batches(path: Path, batches: int) -> list[int]:
@@ -40,10 +29,6 @@ def write_batches(path: Path, batches: int) -> list[int]:
         sizes.append(path.stat().st_size)
     db.close()
     return sizes
-
-
-def recovery_events(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
-    return [e for e in logs if e["event"] == "store.recovered"]
 
 
 def test_a_transaction_torn_mid_write_is_cut_off_and_its_messages_are_logged(

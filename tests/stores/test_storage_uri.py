@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.clients import free_port
 from wiremq.stores.errors import StoreOpenError
 from wiremq.stores.persqueue import PersQueueStore
 from wiremq.stores.storage import open_database, redact
 
 from .store_fixtures import message
-from .store_servers import free_port
 
 
 @pytest.mark.parametrize(

@@ -2,15 +2,11 @@
 
 import pytest
 
+from tests.fakes import FakeRuntime
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 from wiremq.modules.stomp.session import SessionSettings, StompSession
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
 
 
 class RecordingHandler:
@@ -64,11 +60,11 @@ def raw(command: str, headers: dict[str, str] | None = None, body: bytes = b"") 
 
 class Client:
     def __init__(self, settings: SessionSettings | None = None) -> None:
-        self.clock = FakeClock()
+        self.clock = FakeRuntime()
         self.handler = RecordingHandler()
         self.egress = Egress(Outbox())
         self.session = StompSession(
-            self.handler, self.egress, lambda: self.clock.now, "sess-1", settings
+            self.handler, self.egress, self.clock.monotonic, "sess-1", settings
         )
 
     def send(self, command: str, headers: dict[str, str] | None = None) -> None:

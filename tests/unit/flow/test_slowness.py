@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.fakes import FakeRuntime
 from wiremq.modules.flow.egress_queues import (
     DEFAULT_LIMITS,
     EgressQueue,
@@ -16,34 +17,23 @@ from wiremq.modules.flow.slowness import (
 )
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def blocked_for(meter: SlownessMeter, clock: FakeClock, seconds: float) -> None:
+def blocked_for(meter: SlownessMeter, clock: FakeRuntime, seconds: float) -> None:
     meter.blocked()
     clock.advance(seconds)
     meter.unblocked()
 
 
 def test_a_client_never_blocked_is_not_slow() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     clock.advance(120)
     assert meter.share() == 0.0
     assert not meter.is_blocked
 
 
 def test_share_of_the_window_spent_blocked() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     blocked_for(meter, clock, 10)
     clock.advance(20)
     blocked_for(meter, clock, 5)
@@ -51,8 +41,8 @@ def test_share_of_the_window_spent_blocked() -> None:
 
 
 def test_an_open_interval_counts_up_to_now() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     meter.blocked()
     clock.advance(30)
     assert meter.is_blocked
@@ -63,16 +53,16 @@ def test_an_open_interval_counts_up_to_now() -> None:
 
 @pytest.mark.parametrize(("later", "share"), [(30, 0.5), (45, 0.25), (60, 0.0), (600, 0.0)])
 def test_intervals_slide_out_of_the_window(later: float, share: float) -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     blocked_for(meter, clock, 30)
     clock.advance(later)
     assert meter.share() == pytest.approx(share)
 
 
 def test_an_open_interval_older_than_the_window_is_cut_at_its_start() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock, window=10)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic, window=10)
     meter.blocked()
     clock.advance(100)
     meter.unblocked()
@@ -81,8 +71,8 @@ def test_an_open_interval_older_than_the_window_is_cut_at_its_start() -> None:
 
 
 def test_blocked_and_unblocked_are_idempotent() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     meter.unblocked()  # not blocked: nothing happens
     meter.blocked()
     clock.advance(6)
@@ -95,8 +85,8 @@ def test_blocked_and_unblocked_are_idempotent() -> None:
 
 
 def test_many_short_stalls_are_measured_in_bounded_memory() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic)
     for _ in range(10_000):  # 100 s of 4 ms stalls every 10 ms
         blocked_for(meter, clock, 0.004)
         clock.advance(0.006)
@@ -105,8 +95,8 @@ def test_many_short_stalls_are_measured_in_bounded_memory() -> None:
 
 
 def test_touching_intervals_merge_exactly() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock, window=10, spans=10)
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic, window=10, spans=10)
     for _ in range(4):
         blocked_for(meter, clock, 5)  # each starts where the last ended
     assert len(meter._spans) == 1
@@ -116,8 +106,8 @@ def test_touching_intervals_merge_exactly() -> None:
 
 
 def test_a_merged_span_straddling_the_window_start_counts_pro_rata() -> None:
-    clock = FakeClock()
-    meter = SlownessMeter(clock, window=10, spans=1)  # merge within 10 s
+    clock = FakeRuntime()
+    meter = SlownessMeter(clock.monotonic, window=10, spans=1)  # merge within 10 s
     blocked_for(meter, clock, 1)  # [0, 1]
     clock.advance(2)
     blocked_for(meter, clock, 1)  # [3, 4]: merged into one span [0, 4] holding 2 s
@@ -128,7 +118,7 @@ def test_a_merged_span_straddling_the_window_start_counts_pro_rata() -> None:
 @pytest.mark.parametrize(("window", "spans"), [(0, 60), (-1, 60), (60, 0)])
 def test_a_meter_needs_a_window_and_spans(window: float, spans: int) -> None:
     with pytest.raises(ValueError):
-        SlownessMeter(FakeClock(), window, spans)
+        SlownessMeter(FakeRuntime().monotonic, window, spans)
 
 
 def client(queued_units: int, max_depth: int = 100) -> EgressQueues:
