@@ -1,0 +1,137 @@
+"""The one interface the server has to its persistent messages: ``MessageStore``.
+
+Everything that changes what is stored is a ``StoreTransaction`` handed to
+``commit``: messages appended to queues and topics, messages removed
+(acknowledged, expired, moved to a dead message queue), durable subscribers'
+positions, durable subscriptions created or removed. A transaction is applied
+all or none, also across a crash: this is what lets a STOMP transaction that
+sends to queues and topics and acknowledges messages be stored as one unit,
+and an expired message be moved to a dead message queue without a moment in
+which it is in neither place. When ``commit`` returns, its transactions are
+durable (a receipt may be sent).
+
+Threads: ``commit`` is called by one thread at a time (the server's writer
+worker); ``read``, ``expired``, ``catch_up`` and ``pack`` by one other thread at a
+time (its store worker); the count readers and ``subscriptions`` from any
+thread. Reads see every transaction whose ``commit`` has returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .durable import SubscriptionInfo, SubscriptionKey
+from .records import StoredMessage
+
+QUEUE_PREFIX = "/queue/"
+TOPIC_PREFIX = "/topic/"
+
+Position = tuple[str, int]  # (destination, sequence number in its log)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTransaction:
+    """What one unit of work changes in the stores.
+
+    - ``appends``: messages to store, each at the end of its destination's log
+      (a ``/queue/`` or ``/topic/`` name). A topic message is kept only while
+      its topic has durable subscriptions (as of this transaction, its own
+      ``subscribes`` included); otherwise it gets no position.
+    - ``removals``: stored messages to delete, by position; positions no longer
+      there are skipped (a cleanup may have got there first).
+    - ``acknowledgements``: durable subscriptions' acknowledged positions; a
+      position never moves back, and an unknown subscription is skipped.
+    - ``subscribes``: durable subscriptions to create or resume: (key, topic,
+      selector). A new one starts at its topic's current end; resuming with
+      another topic or selector replaces it and drops its backlog (JMS).
+    - ``unsubscribes``: durable subscriptions to delete with their backlog; an
+      unknown one is skipped.
+
+    Subscription changes apply first (so that an append in the same
+    transaction is kept for a subscription it creates), then appends,
+    removals and acknowledgements.
+    """
+
+    appends: tuple[StoredMessage, ...] = ()
+    removals: tuple[Position, ...] = ()
+    acknowledgements: tuple[tuple[SubscriptionKey, int], ...] = ()
+    subscribes: tuple[tuple[SubscriptionKey, str, str], ...] = ()
+    unsubscribes: tuple[SubscriptionKey, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What ``commit`` tells about one transaction.
+
+    ``positions[i]`` is the sequence number ``appends[i]`` got in its log (None
+    for a topic message no durable subscription keeps); ``removed`` the
+    messages the removals found, in the order asked; ``subscriptions[i]`` the
+    subscription ``subscribes[i]`` made or resumed and whether it is new.
+    """
+
+    positions: tuple[int | None, ...] = ()
+    removed: tuple[tuple[Position, StoredMessage], ...] = ()
+    subscriptions: tuple[tuple[SubscriptionInfo, bool], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Messages read in order from one destination's log (a queue read or a replay).
+
+    ``last_seq`` is the position to pass as ``after_seq`` for the next batch: the
+    last message examined, expired ones included. ``expired`` are the expired
+    messages met on the way, never handed out; removing them is the caller's
+    choice (a ``StoreTransaction``).
+    """
+
+    messages: list[tuple[int, StoredMessage]]
+    last_seq: int
+    at_end: bool
+    expired: list[tuple[int, StoredMessage]] = field(default_factory=list)
+
+
+class MessageStore(Protocol):
+    """Persistent queue and topic messages and durable subscriptions."""
+
+    def commit(self, transactions: Sequence[StoreTransaction]) -> list[Committed]:
+        """Apply ``transactions`` in order, each all or none; durable on return.
+
+        Raises ``StoreError`` if they could not be made durable (then none is).
+        """
+
+    def read(
+        self, destination: str, *, now_ms: int, after_seq: int, limit: int, max_bytes: int
+    ) -> Batch:
+        """The messages of ``destination`` after ``after_seq``, in order, none expired.
+
+        Stops after examining ``limit`` messages (expired ones included) or
+        before exceeding ``max_bytes``; a message bigger than ``max_bytes``
+        still comes back alone.
+        """
+
+    def expired(self, now_ms: int, limit: int) -> list[tuple[Position, StoredMessage]]:
+        """Up to ``limit`` stored messages expired at ``now_ms``, soonest first."""
+
+    def subscriptions(self) -> list[SubscriptionInfo]:
+        """Every durable subscription, as of the last commit."""
+
+    def count(self, destination: str) -> tuple[int, int]:
+        """(messages, bytes) stored for ``destination`` as of the last commit."""
+
+    def totals(self, prefix: str) -> tuple[int, int]:
+        """(messages, bytes) stored in all destinations whose names start with ``prefix``."""
+
+    def destinations(self, prefix: str) -> list[str]:
+        """Destinations whose names start with ``prefix`` and that have stored messages."""
+
+    def catch_up(self, max_seconds: float) -> int:
+        """Bring the store of record up to date with what was committed (bounded work);
+        returns how many transactions were applied."""
+
+    def pack(self) -> None:
+        """Give back the space of removed messages."""
+
+    def close(self) -> None:
+        """Finish what is pending and release the storages."""
