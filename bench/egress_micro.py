@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import timeit
 
-from wiremq.modules.flow.egress_queues import EgressQueue, EgressQueues, Entry, TransmitQueue
+from wiremq.config.groups import EgressSettings
+from wiremq.config.parameters import REGISTRY
+from wiremq.config.settings import Settings
+from wiremq.modules.flow.egress_queues import (
+    EgressQueue,
+    EgressQueues,
+    Entry,
+    TransmitQueue,
+    queue_limits,
+)
 from wiremq.modules.flow.threshold import Gauge
 
 HEAD = b"MESSAGE\nsubscription:0\n"
@@ -26,7 +35,7 @@ def best_ns(stmt: str, env: dict[str, object], per: int = 1) -> float:
 
 
 def main() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(queue_limits(EgressSettings.read(Settings(REGISTRY), "ClientEgress")))
     transmit = TransmitQueue(65536)
 
     def counted(entry: Entry, discarded: int) -> None:

@@ -32,6 +32,16 @@ PARAMETERS = [
         "How log events are written: readable lines or one JSON object per line",
         choices=("console", "json"),
     ),
+    Parameter(
+        "Server",
+        "recentevents",
+        int,
+        1000,
+        "Recent events the server keeps in memory for the console's event list",
+        unit="events",
+        minimum=10,
+        maximum=1_000_000,
+    ),
     # -- the STOMP listener and its connections ------------------------------------------
     Parameter("StompListener", "host", str, "127.0.0.1", "Address the STOMP listener binds"),
     Parameter(
@@ -100,6 +110,17 @@ PARAMETERS = [
         unit="bytes",
         minimum=64,
         maximum=MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "closegrace",
+        float,
+        2.0,
+        "How long a closing connection may take to write what is queued for it (an ERROR, "
+        "say) before it is cut",
+        unit="s",
+        minimum=0.1,
+        maximum=600.0,
     ),
 ]
 
@@ -718,6 +739,16 @@ PARAMETERS += [
         minimum=0.0,
         maximum=100.0,
         live=True,
+    ),
+    Parameter(
+        "SlowSubscriber",
+        "window",
+        float,
+        60.0,
+        "The span of recent time over which a client's blocked share is measured",
+        unit="s",
+        minimum=1.0,
+        maximum=3600.0,
     ),
 ]
 

@@ -21,7 +21,7 @@ from wiremq.config.settings import DESTINATION_GROUP, Settings
 
 ROOT = "wiremq"
 DOMAINS = ("p2p", "pubsub")
-DEFAULT_PIPELINE = ("transaction", "prioqueue", "storage", "distributing")
+DEFAULT_PIPELINE = ("admission", "transaction", "prioqueue", "storage", "distributing")
 
 
 class ConfigError(Exception):

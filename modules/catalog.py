@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable
 
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec
+from wiremq.modules.admission import AdmissionModule
 from wiremq.modules.distributing import DistributingModule
 from wiremq.modules.pipeline import Chain, ModuleContext, PipelineModule
 from wiremq.modules.prioqueue import PrioQueueModule
@@ -14,7 +15,14 @@ from wiremq.modules.storage import StorageModule
 from wiremq.modules.transaction import TransactionModule
 
 BUILTIN: dict[str, type[PipelineModule]] = {
-    cls.name: cls for cls in (TransactionModule, PrioQueueModule, StorageModule, DistributingModule)
+    cls.name: cls
+    for cls in (
+        AdmissionModule,
+        TransactionModule,
+        PrioQueueModule,
+        StorageModule,
+        DistributingModule,
+    )
 }
 
 
@@ -47,20 +55,25 @@ def build_chain(
 ) -> Chain:
     """Instantiate the listed modules in order, checking the order rules.
 
-    Storage and distributing are required, storage before distributing; the
-    transaction module, when present, comes first, since a transaction must be
-    checked when its SEND is read.
+    Admission, storage and distributing are required: admission first (every
+    module after it sees only admitted messages), storage before distributing.
+    The transaction module, when present, comes before storage: what a
+    transaction holds is stored at its COMMIT.
     """
     classes = [resolve(spec) for spec in specs]
     for spec, cls in zip(specs, classes, strict=True):
         if classes.count(cls) > 1:
             raise ConfigError(spec.where, f"module {spec.reference!r} is listed twice")
     where = specs[0].where if specs else f"the {domain} pipeline"
-    for required in (StorageModule, DistributingModule):
+    for required in (AdmissionModule, StorageModule, DistributingModule):
         if required not in classes:
             raise ConfigError(where, f"the {domain} pipeline needs the '{required.name}' module")
+    if classes.index(AdmissionModule) != 0:
+        raise ConfigError(where, f"in the {domain} pipeline, 'admission' must come first")
     if classes.index(StorageModule) > classes.index(DistributingModule):
         raise ConfigError(where, f"in the {domain} pipeline, 'storage' must precede 'distributing'")
-    if TransactionModule in classes and classes.index(TransactionModule) != 0:
-        raise ConfigError(where, f"in the {domain} pipeline, 'transaction' must come first")
+    if TransactionModule in classes and classes.index(TransactionModule) > classes.index(
+        StorageModule
+    ):
+        raise ConfigError(where, f"in the {domain} pipeline, 'transaction' must precede 'storage'")
     return Chain(domain, [cls(context()) for cls in classes])

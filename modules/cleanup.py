@@ -1,10 +1,13 @@
 """Cleanup processes: periodic removal of expired messages, in small steps.
 
-A store's cleanup runs every ``cleanupinterval`` seconds on the store's own
-worker, one transaction of at most ``cleanuptransactionsize`` messages (and
-``cleanuptransactiontime`` seconds) at a time, pausing ``cleanupgaptime``
-between transactions, so that commits of live traffic queued on the same
-worker are never held up for long.
+The persistent store has a cleanup process for its queues and one for its
+topics (PersQueueFileStore / TopicFileStore parameters): every
+``cleanupinterval`` seconds a run finds up to ``cleanuptransactionsize``
+expired messages on the store's reader worker and moves them (removed, or to
+their dead message queue) in one store transaction; while it finds full
+steps it goes on after ``cleanupgaptime``, until nothing more is due or the
+run has lasted ``cleanuptransactiontime``, so that live traffic is never held
+up for long.
 """
 
 from __future__ import annotations
@@ -13,18 +16,20 @@ from collections.abc import Callable
 
 import structlog
 
+from wiremq.config.groups import StoreSettings
 from wiremq.config.settings import Settings
-from wiremq.modules.runtime import Runtime, Timer, Worker
+from wiremq.modules.expiry import Expiry
+from wiremq.modules.persistence import Persistence
+from wiremq.modules.runtime import Runtime, Timer
+from wiremq.stores.api import Position
 from wiremq.stores.records import StoredMessage
-from wiremq.stores.results import SweepResult
 
 log = structlog.get_logger("wiremq.cleanup")
 
-SweepStep = Callable[[int, int, float], SweepResult]  # (now_ms, max messages, max seconds)
-
 
 class Periodic:
-    """Runs an action every ``interval()`` seconds until stopped."""
+    """Runs an action every ``interval()`` seconds until stopped; an action that raises
+    is logged and runs again next time."""
 
     def __init__(self, runtime: Runtime, interval: Callable[[], float], action: Callable[[], None]):
         self.runtime = runtime
@@ -36,7 +41,12 @@ class Periodic:
         self._timer = self.runtime.call_later(self.interval(), self._run)
 
     def _run(self) -> None:
-        self.action()
+        try:
+            self.action()
+        except Exception as error:  # a periodic task must outlive one bad run
+            log.exception(
+                "periodic.failed", action=getattr(self.action, "__name__", "?"), error=str(error)
+            )
         self.start()
 
     def stop(self) -> None:
@@ -46,29 +56,36 @@ class Periodic:
 
 
 class StoreCleanup:
-    """The cleanup process of one persistent store: a list of bounded sweep steps."""
+    """The cleanup process of the stored messages of one kind (queues or topics)."""
 
     def __init__(
         self,
         name: str,
-        runtime: Runtime,
-        worker: Worker,
-        settings: Settings,
+        prefix: str,
         group: str,
-        steps: list[tuple[SweepStep, Callable[[list[StoredMessage]], None]]],
+        runtime: Runtime,
+        settings: Settings,
+        persistence: Persistence,
+        expiry: Expiry,
     ) -> None:
         self.name = name
-        self.runtime = runtime
-        self.worker = worker
-        self.settings = settings
+        self.prefix = prefix
         self.group = group
-        self.steps = steps
+        self.runtime = runtime
+        self.settings = settings
+        self.persistence = persistence
+        self.expiry = expiry
         self._timer: Timer | None = None
         self._stopped = True
+        self._run_started = 0.0
+
+    def _current(self) -> StoreSettings:
+        """The group's values now (they may change while the server runs)."""
+        return StoreSettings.read(self.settings, self.group)
 
     def start(self) -> None:
         self._stopped = False
-        self._schedule(self.settings.get_float(self.group, "cleanupinterval"), 0)
+        self._schedule(self._current().cleanupinterval, new_run=True)
 
     def stop(self) -> None:
         self._stopped = True
@@ -76,34 +93,40 @@ class StoreCleanup:
             self._timer.cancel()
             self._timer = None
 
-    def _schedule(self, delay: float, step: int) -> None:
+    def _schedule(self, delay: float, new_run: bool) -> None:
         if not self._stopped:
-            self._timer = self.runtime.call_later(delay, lambda: self._run(step))
+            self._timer = self.runtime.call_later(delay, self._run if not new_run else self._begin)
 
-    def _run(self, step: int) -> None:
+    def _begin(self) -> None:
+        self._run_started = self.runtime.monotonic()
+        self._run()
+
+    def _run(self) -> None:
         self._timer = None
-        sweep, removed = self.steps[step]
         now_ms = self.runtime.now_ms()
-        size = self.settings.get_int(self.group, "cleanuptransactionsize")
-        seconds = self.settings.get_float(self.group, "cleanuptransactiontime")
-        self.worker.submit(
-            lambda: sweep(now_ms, size, seconds),
-            lambda result: self._done(step, result, removed),
+        size = self._current().cleanuptransactionsize
+        store, prefix = self.persistence.store, self.prefix
+        self.persistence.reader.submit(
+            lambda: store.expired(prefix, now_ms, size),
+            lambda found: self._found(found, size),
             self._failed,
         )
 
-    def _done(
-        self, step: int, result: SweepResult, removed: Callable[[list[StoredMessage]], None]
-    ) -> None:
-        if result.removed:
-            removed(result.removed)
-        if result.more:
-            self._schedule(self.settings.get_float(self.group, "cleanupgaptime"), step)
-        elif step + 1 < len(self.steps):
-            self._schedule(0, step + 1)
+    def _found(self, found: list[tuple[Position, StoredMessage]], size: int) -> None:
+        if found:
+            self.expiry.expired_stored(found, lambda: self._next(len(found) >= size))
         else:
-            self._schedule(self.settings.get_float(self.group, "cleanupinterval"), 0)
+            self._next(False)
+
+    def _next(self, more: bool) -> None:
+        """After a step: the next one after the gap, or the next run after the interval."""
+        settings = self._current()
+        elapsed = self.runtime.monotonic() - self._run_started
+        if more and elapsed < settings.cleanuptransactiontime:
+            self._schedule(settings.cleanupgaptime, new_run=False)
+        else:
+            self._schedule(settings.cleanupinterval, new_run=True)
 
     def _failed(self, error: Exception) -> None:
         log.error("cleanup.failed", store=self.name, error=str(error))
-        self._schedule(self.settings.get_float(self.group, "cleanupinterval"), 0)
+        self._schedule(self._current().cleanupinterval, new_run=True)

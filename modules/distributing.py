@@ -1,16 +1,26 @@
-"""The distributing module: hands a stored message to its destination's consumers."""
+"""The distributing module: hands each message to its destination, the only way in.
+
+Each message is enqueued at its destination (a queue keeps it for one
+consumer, a topic hands it to every subscriber), then every destination the
+batch touched dispatches once.
+"""
 
 from __future__ import annotations
 
-from wiremq.modules.message import Message
-from wiremq.modules.pipeline import PipelineModule
+from wiremq.modules.destination import Destination
+from wiremq.modules.pipeline import Batch, PipelineModule
 
 
 class DistributingModule(PipelineModule):
     name = "distributing"
 
-    def handle(self, message: Message) -> None:
-        target = message.target
-        assert target is not None
-        target.distribute(message)
-        self.downstream.handle(message)
+    def handle(self, batch: Batch) -> None:
+        touched: dict[Destination, None] = {}
+        for message in batch:
+            target = message.target
+            assert target is not None
+            target.enqueue(message)
+            touched[target] = None
+        for destination in touched:
+            destination.dispatch()
+        self.downstream.handle(batch)

@@ -1,4 +1,4 @@
-"""Durable topic subscriptions: registering them in the TopicStore and replaying their backlog.
+"""Durable topic subscribers: replaying what they missed from the store.
 
 A durable subscriber that comes back first catches up from the store, in
 batches of replaymsgamount messages / replaybyteamount bytes with replaysleep
@@ -7,8 +7,14 @@ replays running at once and DurableTopicSubscriptionManager
 .globaldursubbytelimit bytes being read for all of them together. A replay
 also waits while its client has more than one batch not yet written to its
 socket. Replayed messages are handed over only as the subscriber's window
-allows; the rest of a batch waits here. When the store has nothing more, the
-subscriber switches to live delivery (``Subscription.replaying`` goes False).
+allows; the rest of a batch waits here.
+
+Reads and commits run on different workers, so a message committed while a
+replay reads may or may not be in what it read. The subscriber skips the
+live copies of stored messages while it replays and notes the highest it
+skipped; the replay reads on until it has read past that one, and only then
+goes live, skipping afterwards the live copies of what it read: nothing is
+lost, nothing is delivered twice.
 """
 
 from __future__ import annotations
@@ -19,15 +25,18 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from wiremq.config.groups import DurableLimitSettings, ReplayPoolSettings, ReplaySettings
+from wiremq.config.settings import Settings
 from wiremq.modules.message import Message
+from wiremq.modules.runtime import Runtime
 from wiremq.modules.subscription import Subscription
+from wiremq.stores.api import Batch
 from wiremq.stores.durable import SubscriptionInfo
-from wiremq.stores.results import Batch
 
 if TYPE_CHECKING:
-    from wiremq.modules.broker import Broker
-    from wiremq.modules.destinations import Topic
+    from wiremq.modules.expiry import Expiry
     from wiremq.modules.persistence import Persistence
+    from wiremq.modules.topic import Topic
 
 log = structlog.get_logger("wiremq.durable")
 
@@ -35,31 +44,37 @@ log = structlog.get_logger("wiremq.durable")
 class ReplayManager:
     """Starts, paces and bounds the replays of durable subscribers."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, settings: Settings, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.max_replays = ReplayPoolSettings.read(
+            settings, "DurableTopicSubscriberThreadPool"
+        ).maxthreads
+        self.byte_budget = DurableLimitSettings.read(
+            settings, "DurableTopicSubscriptionManager"
+        ).globaldursubbytelimit
+        self.settings = ReplaySettings.read(settings, "TopicFileStore")
+        self.persistence: Persistence | None = None
+        self.expiry: Expiry | None = None
         self.active: set[Subscription] = set()
         self.waiting: deque[tuple[Topic, Subscription]] = deque()
         self.reading_bytes = 0  # replay reads in progress, all subscribers
         self._positions: dict[Subscription, int] = {}  # replay position per subscriber
         self._pending: dict[Subscription, deque[Message]] = {}  # read, not yet handed over
 
-    @property
-    def _persistence(self) -> Persistence:
-        """The broker's; always present when durable subscriptions are."""
-        persistence = self.broker.persistence
-        assert persistence is not None
-        return persistence
+    def attach(self, persistence: Persistence, expiry: Expiry) -> None:
+        """Replay from this store; expired messages met go to ``expiry``."""
+        self.persistence = persistence
+        self.expiry = expiry
 
-    def start(self, topic: Topic, subscription: Subscription) -> None:
-        """Register the subscription in the store, then replay what it missed."""
-        key = subscription.durable_key
-        assert key is not None
-        persistence = self._persistence
-        persistence.topic_worker.submit(
-            lambda: persistence.topics.subscribe(key[0], key[1], topic.name),
-            lambda result: self._registered(topic, subscription, *result),
-            lambda error: self._failed(subscription, error),
-        )
+    def start(self, topic: Topic, subscription: Subscription, info: SubscriptionInfo) -> None:
+        """The subscription is registered in the store: replay what it missed."""
+        if subscription not in topic.consumers:
+            return
+        subscription.acked_position = info.acked_seq
+        subscription.replayed_upto = info.acked_seq
+        self._positions[subscription] = info.acked_seq
+        self.waiting.append((topic, subscription))
+        self._start_waiting()
 
     def stop(self, subscription: Subscription) -> None:
         """The subscriber went away; its replay ends at the next step."""
@@ -67,22 +82,8 @@ class ReplayManager:
         self._positions.pop(subscription, None)
         self._pending.pop(subscription, None)
 
-    def _registered(
-        self, topic: Topic, subscription: Subscription, info: SubscriptionInfo, created: bool
-    ) -> None:
-        if created:
-            self._persistence.durable_topics[topic.name] += 1
-            log.info("durable.created", client_id=info.client_id, name=info.name, topic=topic.name)
-        if subscription not in topic.consumers:
-            return
-        subscription.acked_position = info.acked_seq
-        self._positions[subscription] = info.acked_seq
-        self.waiting.append((topic, subscription))
-        self._start_waiting()
-
     def _start_waiting(self) -> None:
-        limit = self.broker.settings.get_int("DurableTopicSubscriberThreadPool", "maxthreads")
-        while self.waiting and len(self.active) < limit:
+        while self.waiting and len(self.active) < self.max_replays:
             topic, subscription = self.waiting.popleft()
             self.active.add(subscription)
             self._step(topic, subscription)
@@ -109,38 +110,25 @@ class ReplayManager:
         if not self._hand_over(subscription):
             self._later(lambda: self._step(topic, subscription))
             return
-        settings = self.broker.settings
-        amount = settings.get_int("TopicFileStore", "replaybyteamount")
-        budget = settings.get_int("DurableTopicSubscriptionManager", "globaldursubbytelimit")
-        if self.reading_bytes and self.reading_bytes + amount > budget:
+        amount = self.settings.replaybyteamount
+        if self.reading_bytes and self.reading_bytes + amount > self.byte_budget:
             self._later(lambda: self._step(topic, subscription))
             return
-        key = subscription.durable_key
-        assert key is not None
-        after = self._positions[subscription]
-        count = settings.get_int("TopicFileStore", "replaymsgamount")
-        on_replay = settings.get("TopicFileStore", "expiryonreplay") is True
-        now_ms = self.broker.runtime.now_ms()
-        persistence = self._persistence
+        persistence = self.persistence
+        assert persistence is not None
         self.reading_bytes += amount
-        persistence.topic_worker.submit(
-            lambda: persistence.topics.replay(
-                key[0],
-                key[1],
-                now_ms=now_ms,
-                after_seq=after,
-                max_messages=count,
-                max_bytes=amount,
-                expiry_on_replay=on_replay,
-            ),
+        persistence.read(
+            topic.name,
+            self._positions[subscription],
+            self.settings.replaymsgamount,
+            amount,
             lambda batch: self._replayed(topic, subscription, batch, amount),
             lambda error: self._read_failed(subscription, error, amount),
         )
 
     def _later(self, step: Callable[[], None]) -> None:
         """Run ``step`` after replaysleep."""
-        pause = self.broker.settings.get_int("TopicFileStore", "replaysleep") / 1000
-        self.broker.runtime.call_later(pause, step)
+        self.runtime.call_later(self.settings.replaysleep / 1000, step)
 
     def _replayed(
         self, topic: Topic, subscription: Subscription, batch: Batch, amount: int
@@ -152,10 +140,10 @@ class ReplayManager:
         self._pending[subscription] = deque(
             Message.from_stored(stored, seq) for seq, stored in batch.messages
         )
-        if batch.expired and batch.expired_removed:
-            self.broker.expiry.expired_stored(topic.name, batch.expired)
+        if batch.expired and self.settings.expiryonreplay and self.expiry is not None:
+            self.expiry.expired_stored([((topic.name, seq), m) for seq, m in batch.expired])
         self._positions[subscription] = batch.last_seq
-        if batch.at_end:
+        if batch.at_end and subscription.skipped_upto <= batch.last_seq:
             self._go_live(topic, subscription)
         else:
             self._later(lambda: self._step(topic, subscription))
@@ -164,7 +152,10 @@ class ReplayManager:
         """The store has nothing more: hand over the rest as the window allows, then go live."""
         if subscription not in self._positions:
             self._finish(subscription)
+        elif subscription.skipped_upto > self._positions[subscription]:
+            self._step(topic, subscription)  # committed since the last read: read on
         elif self._hand_over(subscription):
+            subscription.replayed_upto = self._positions[subscription]
             subscription.replaying = False
             self._finish(subscription)
         else:
@@ -172,8 +163,5 @@ class ReplayManager:
 
     def _read_failed(self, subscription: Subscription, error: Exception, amount: int) -> None:
         self.reading_bytes -= amount
-        self._failed(subscription, error)
-        self._finish(subscription)
-
-    def _failed(self, subscription: Subscription, error: Exception) -> None:
         log.error("durable.replay_failed", subscription=subscription.durable_key, error=str(error))
+        self._finish(subscription)

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from wiremq.modules.flow.egress_queues import (
-    DEFAULT_LIMITS,
     EgressQueue,
     EgressQueues,
     Entry,
@@ -87,11 +86,7 @@ class Egress:
         "abort",
     )
 
-    def __init__(
-        self,
-        outbox: Outbox,
-        limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
-    ) -> None:
+    def __init__(self, outbox: Outbox, limits: tuple[QueueLimits, ...]) -> None:
         self.queues = EgressQueues(limits, Policy.BLOCK, _tell_owner)
         self.outbox = outbox
         self.queued = False

@@ -11,15 +11,21 @@ from collections import deque
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from wiremq.config.parameters import REGISTRY
+
 Event = MutableMapping[str, Any]
 
 
 class EventStream:
     """A structlog processor that records events and fans them out to listeners."""
 
-    def __init__(self, keep: int = 1000) -> None:
+    def __init__(self, keep: int) -> None:
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def keep(self, count: int) -> None:
+        """Keep the ``count`` most recent events (Server.recentevents)."""
+        self.recent = deque(self.recent, maxlen=count)
 
     def __call__(self, logger: object, method_name: str, event: Event) -> Event:
         record = dict(event)
@@ -34,4 +40,6 @@ class EventStream:
         return lambda: self._listeners.remove(listener)
 
 
-EVENTS = EventStream()
+_KEEP = REGISTRY.get("Server", "recentevents")
+assert _KEEP is not None
+EVENTS = EventStream(int(_KEEP.default))

@@ -5,24 +5,32 @@ A message's expiry is the publisher's ``expires`` header (ms since the epoch,
 message is never delivered; it is discarded or moved to the destination's dead
 message queue (``expiredmessages`` / ``deadmessagequeue``), carrying its origin
 destination and the reason in the headers ``original-destination`` and
-``dead-reason``.
+``dead-reason``. A stored message is moved in one store transaction (removed
+from its destination, appended to the dead message queue), so that a crash or
+a refusal never leaves it in neither place; the copy then goes down the
+pipeline like any message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 import structlog
 
+from wiremq.config.groups import DestinationPolicy
+from wiremq.config.settings import Settings
+from wiremq.modules.destination import domain_of
+from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
-from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.modules.persistence import Persistence
+from wiremq.modules.pipeline import Batch
+from wiremq.stores.api import Committed, Position, StoreTransaction
+from wiremq.stores.model import grouped
 from wiremq.stores.records import StoredMessage
 
-if TYPE_CHECKING:
-    from wiremq.modules.broker import Broker
-
 log = structlog.get_logger("wiremq.expiry")
+
+EXPIRED = "expired"
 
 
 def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
@@ -30,7 +38,7 @@ def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
     expires = 0
     if header is not None and header != "0":
         if not (header.isascii() and header.isdigit()):
-            raise ProtocolError(
+            raise Refused(
                 "invalid expires header",
                 f"expires {header[:64]!r} is not milliseconds since the epoch",
             )
@@ -42,47 +50,114 @@ def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
     return expires
 
 
-class ExpiryHandler:
+class Expiry:
     """Discards expired messages or moves them to a dead message queue, per destination."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-
-    def expired_stored(self, destination: str, stored: Iterable[StoredMessage]) -> None:
-        """Messages a persistent store found expired (and removed): they are handled as
-        any expired message, so they too reach the dead message queue if configured."""
-        self.expired(destination, [Message.from_stored(m, 0) for m in stored])
-
-    def expired(
-        self, destination: str, messages: Iterable[Message], reason: str = "expired"
+    def __init__(
+        self,
+        settings: Settings,
+        persistence: Persistence | None,
+        submit: Callable[[str, Batch], None],
     ) -> None:
-        """Log the expired ``messages`` of ``destination`` and discard them or move them
-        to its dead message queue, as its ``expiredmessages`` setting says."""
-        messages = list(messages)
+        """``submit(domain, batch)`` starts messages down a pipeline."""
+        self.settings = settings
+        self.persistence = persistence
+        self.submit = submit
+
+    def _dead_message_queue(self, destination: str) -> str | None:
+        """Where expired messages of ``destination`` go, or None when they are discarded."""
+        policy = DestinationPolicy.for_destination(self.settings, destination)
+        dmq = policy.deadmessagequeue
+        if policy.expiredmessages != "deadmessagequeue" or destination == dmq:
+            return None
+        return dmq
+
+    def expired(self, destination: str, messages: list[Message]) -> None:
+        """Expired messages held in memory only (non-persistent): logged, then discarded or
+        copied to the dead message queue."""
         if not messages:
             return
-        settings = self.broker.settings
-        dmq = str(settings.for_destination(destination, "deadmessagequeue"))
-        to_dmq = (
-            settings.for_destination(destination, "expiredmessages") == "deadmessagequeue"
-            and destination != dmq
-        )
+        dmq = self._dead_message_queue(destination)
+        self._log(destination, [m.message_id for m in messages], dmq)
+        if dmq is None:
+            return
+        copies = [
+            Message(m.message_id, dmq, _dead_headers(m.user_headers, destination, False), m.body)
+            for m in messages
+        ]
+        self._forward(dmq, copies)
+
+    def expired_stored(
+        self,
+        found: list[tuple[Position, StoredMessage]],
+        then: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Expired messages in the store: removed, and moved to their destinations' dead
+        message queues where configured, in one store transaction; ``then`` after it."""
+        persistence = self.persistence
+        if not found or persistence is None:
+            then()
+            return
+        moves: list[StoredMessage] = []
+        for destination, entries in grouped((p[0], (p, m)) for p, m in found).items():
+            dmq = self._dead_message_queue(destination)
+            self._log(destination, [m.message_id for _, m in entries], dmq)
+            if dmq is not None:
+                moves += [_dead_copy(m, dmq) for _, m in entries]
+        transaction = StoreTransaction(appends=tuple(moves), removals=tuple(p for p, _ in found))
+
+        def moved(result: Committed) -> None:
+            copies = [
+                Message.from_stored(stored, seq or 0)
+                for stored, seq in zip(moves, result.positions, strict=True)
+            ]
+            for dmq, batch in grouped((m.destination, m) for m in copies).items():
+                self._forward(dmq, batch)
+            then()
+
+        def failed(error: Exception) -> None:
+            log.error("expiry.move_failed", messages=len(found), error=str(error))
+            then()
+
+        persistence.commit(transaction, moved, failed)
+
+    def _forward(self, dmq: str, copies: list[Message]) -> None:
+        domain = domain_of(dmq)
+        if domain is None:
+            log.error("expiry.bad_dead_message_queue", destination=dmq)
+            return
+        self.submit(domain, copies)
+
+    @staticmethod
+    def _log(destination: str, message_ids: list[str], dmq: str | None) -> None:
         log.info(
             "message.expired",
             destination=destination,
-            count=len(messages),
-            action="moved to " + dmq if to_dmq else "discarded",
-            message_ids=[m.message_id for m in messages[:20]],
+            count=len(message_ids),
+            action="moved to " + dmq if dmq else "discarded",
+            message_ids=message_ids[:20],
         )
-        if not to_dmq:
-            return
-        target = self.broker.destination(dmq)
-        for message in messages:
-            headers = {k: v for k, v in message.user_headers if k != "expires"}
-            headers["original-destination"] = destination
-            headers["dead-reason"] = reason
-            if message.persistent:
-                headers["persistent"] = "true"
-            dead = Message(message.message_id, dmq, headers, message.body)
-            dead.target = target
-            self.broker.submit(dead)
+
+
+def _dead_headers(
+    headers: Iterable[tuple[str, str]], destination: str, persistent: bool
+) -> dict[str, str]:
+    """A dead copy's headers: the original's, without ``expires``, plus where it came from."""
+    copied = {k: v for k, v in headers if k != "expires"}
+    copied["original-destination"] = destination
+    copied["dead-reason"] = EXPIRED
+    if persistent:
+        copied["persistent"] = "true"
+    return copied
+
+
+def _dead_copy(stored: StoredMessage, dmq: str) -> StoredMessage:
+    headers = _dead_headers(stored.headers, stored.destination, True)
+    return StoredMessage(
+        stored.message_id,
+        dmq,
+        tuple(headers.items()),
+        stored.body,
+        priority=stored.priority,
+        timestamp=stored.timestamp,
+    )

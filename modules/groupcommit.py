@@ -1,8 +1,8 @@
 """Group commit: many small store operations, one blocking commit.
 
-ZODB costs far more per commit than per message, so persistent messages (and
-acknowledgement removals) are collected into batches. A batch closes when it
-holds ``max_items`` items or ``max_bytes`` bytes, when its oldest item has
+A store costs far more per commit (a write and a sync) than per message, so
+persistent messages (and acknowledgement removals) are collected into batches.
+A batch closes when it holds ``max_items`` items or ``max_bytes`` bytes, when its oldest item has
 waited ``max_delay`` seconds, or when the previous commit finishes. An idle
 worker takes what the current turn of the event loop collected, once the
 batch is as large as the last commit was (up to ``max_items``): producers that
@@ -22,20 +22,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from wiremq.modules.runtime import Runtime, Timer, Worker
+from wiremq.modules.runtime import Runtime, Timer
 
 I = TypeVar("I")  # noqa: E741 - an item
 R = TypeVar("R")  # a commit's result
 
+# Starts committing a batch; calls the first callback with the result, or the second with
+# the error, later, on the event loop.
+Commit = Callable[[list[I], Callable[[R], None], Callable[[Exception], None]], None]
+
 
 class GroupCommit(Generic[I, R]):
-    """Collects items and commits them in batches on one worker, one commit at a time."""
+    """Collects items and commits them in batches, one commit at a time."""
 
     def __init__(
         self,
         runtime: Runtime,
-        worker: Worker,
-        commit: Callable[[list[I]], R],
+        commit: Commit[I, R],
         committed: Callable[[list[I], R], None],
         failed: Callable[[list[I], Exception], None],
         *,
@@ -45,7 +48,6 @@ class GroupCommit(Generic[I, R]):
         max_delay: float,
     ) -> None:
         self.runtime = runtime
-        self.worker = worker
         self._commit = commit
         self._committed = committed
         self._failed = failed
@@ -113,9 +115,8 @@ class GroupCommit(Generic[I, R]):
             batch = self._closed.pop(0)
         self._running = True
         self._started = self.runtime.monotonic()
-        commit = self._commit
-        self.worker.submit(
-            lambda: commit(batch),
+        self._commit(
+            batch,
             lambda result: self._finish(batch, result, None),
             lambda error: self._finish(batch, None, error),
         )

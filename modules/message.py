@@ -10,29 +10,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.stomp.codec import escape
+from wiremq.modules.stomp.encoder import message_tail
 from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from wiremq.modules.destinations import Destination
+    from wiremq.modules.destination import Destination
+    from wiremq.modules.errors import Refused
+    from wiremq.modules.transaction import Unit
 
 # Headers of a SEND that describe the SEND itself, not the message.
 _FRAME_ONLY_HEADERS = frozenset(
     {"destination", "receipt", "transaction", "content-length", "message-id", "subscription", "ack"}
 )
-_SPECIAL = frozenset("\\\n:\r")
 CLASS_OF_SERVICE = "class-of-service"
 # The egress queue of a non-persistent message, by its class-of-service header.
 BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
 
 
 class MessageOrigin(Protocol):
-    """The client connection a message came from, told when the pipeline is done with it."""
+    """Who sent a message (a client connection, or the transaction it was committed in),
+    told once when the pipeline is done with it."""
 
     def message_completed(self, message: Message) -> None: ...
-    def message_refused(self, message: Message, reason: str) -> None: ...
+    def message_refused(self, message: Message, refusal: Refused) -> None: ...
 
 
 class Message:
@@ -55,6 +57,7 @@ class Message:
         "target",
         "size",
         "redelivered",
+        "unit",
         "_wire",
     )
 
@@ -91,6 +94,7 @@ class Message:
         self.target: Destination | None = None  # resolved by the connection that received it
         self.size = len(body)
         self.redelivered = False
+        self.unit: Unit | None = None  # the committed transaction it belongs to
         self._wire: dict[str, bytes] = {}
 
     @property
@@ -101,20 +105,16 @@ class Message:
     def wire_tail(self, flavour: str) -> bytes:
         """The MESSAGE frame after its subscription/ack lines, escaped for ``flavour``."""
         cached = self._wire.get(flavour)
-        if cached is not None:
-            return cached
-        lines = [f"message-id:{self.message_id}"]
-        if self.redelivered:
-            lines.append("redelivered:true")
-        for name, value in (("destination", self.destination), *self.user_headers):
-            if _SPECIAL.isdisjoint(name) and _SPECIAL.isdisjoint(value):
-                lines.append(f"{name}:{value}")
-            else:
-                lines.append(f"{escape(name, flavour)}:{escape(value, flavour)}")
-        lines.append(f"content-length:{len(self.body)}\n\n")
-        tail = "\n".join(lines).encode() + self.body + b"\0"
-        self._wire[flavour] = tail
-        return tail
+        if cached is None:
+            cached = self._wire[flavour] = message_tail(
+                self.message_id,
+                self.destination,
+                self.user_headers,
+                self.body,
+                self.redelivered,
+                flavour,
+            )
+        return cached
 
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms

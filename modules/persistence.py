@@ -1,111 +1,288 @@
-"""The persistent stores as the broker uses them: workers, batched removals, durable registry.
+"""The persistent store as the server uses it: one writer, one reader, the durable registry.
 
-Each store is used from its own worker thread only (one writer per store).
-Acknowledged queue messages are removed, and durable subscribers' positions
-moved, in group commits (fastdeletionsize / fastacknowledgesize).
+Every change to the store is a ``StoreTransaction`` committed by the
+``StoreWriter``: one commit at a time on the writer worker, and whatever
+arrives meanwhile (appends of both pipelines, removals, acknowledgements,
+subscriptions) goes into the next commit together, so that one write and one
+sync serve them all. Reads (queue backlogs, durable replays) and the cleanup
+run on the store's reader worker. Acknowledged queue messages are removed, and
+durable subscribers' positions moved, in group commits (fastdeletionsize /
+fastacknowledgesize).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import structlog
 
+from wiremq.config.groups import (
+    LiveBufferSettings,
+    QueueStoreSettings,
+    ReplaySettings,
+    StoreBufferSettings,
+)
 from wiremq.config.settings import Settings
 from wiremq.modules.groupcommit import GroupCommit
-from wiremq.modules.pipeline import P2P, PUBSUB
-from wiremq.modules.runtime import Runtime
-from wiremq.stores.durable import SubscriptionInfo
-from wiremq.stores.persqueue import PersQueueStore
-from wiremq.stores.records import StoredMessage
-from wiremq.stores.topicstore import TopicStore
+from wiremq.modules.message import Message
+from wiremq.modules.runtime import Runtime, Worker
+from wiremq.stores.api import Batch, Committed, MessageStore, Position, StoreTransaction
+from wiremq.stores.durable import SubscriptionInfo, SubscriptionKey
+
+if TYPE_CHECKING:
+    from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.persistence")
 
-QueuePosition = tuple[str, int]  # queue, sequence number
-DurableKey = tuple[str, str]  # client id, subscription name
+Done = Callable[[Committed], None]
+Failed = Callable[[Exception], None]
 
 
-class Persistence:
-    """PersQueueStore and TopicStore with their workers, shared by every destination."""
+def merged(transactions: Iterable[StoreTransaction]) -> StoreTransaction:
+    """One transaction doing what ``transactions`` do, in order."""
+    parts = list(transactions)
+    if len(parts) == 1:
+        return parts[0]
+    return StoreTransaction(
+        appends=tuple(m for t in parts for m in t.appends),
+        removals=tuple(p for t in parts for p in t.removals),
+        acknowledgements=tuple(a for t in parts for a in t.acknowledgements),
+        subscribes=tuple(s for t in parts for s in t.subscribes),
+        unsubscribes=tuple(u for t in parts for u in t.unsubscribes),
+    )
+
+
+class StoreWriter:
+    """Hands store transactions to the store one commit at a time; the transactions that
+    arrive while a commit runs go into the next one together."""
 
     def __init__(
         self,
-        queues: PersQueueStore,
-        topics: TopicStore,
-        runtime: Runtime,
-        settings: Settings,
+        store: MessageStore,
+        worker: Worker,
+        changed: Callable[[list[StoreTransaction]], Callable[[], None]],
     ) -> None:
-        self.queues = queues
-        self.topics = topics
+        self.store = store
+        self.worker = worker
+        self._changed = changed
+        self._waiting: list[tuple[StoreTransaction, Done, Failed]] = []
+        self._running = False
+        self.commits = 0  # for statistics
+        self.transactions = 0
+
+    def commit(self, transaction: StoreTransaction, done: Done, failed: Failed) -> None:
+        """Commit ``transaction`` (all or none); ``done`` or ``failed`` is called later."""
+        self._waiting.append((transaction, done, failed))
+        if not self._running:
+            self._start()
+
+    def _start(self) -> None:
+        work, self._waiting = self._waiting, []
+        self._running = True
+        transactions = [t for t, _, _ in work]
+        store = self.store
+        self.worker.submit(
+            lambda: store.commit(transactions),
+            lambda results: self._finish(work, results, None),
+            lambda error: self._finish(work, None, error),
+        )
+
+    def _finish(
+        self,
+        work: list[tuple[StoreTransaction, Done, Failed]],
+        results: list[Committed] | None,
+        error: Exception | None,
+    ) -> None:
+        self._running = False
+        if results is None:
+            log.error("store.commit_failed", transactions=len(work), error=str(error))
+            assert error is not None
+            for _, _, failed in work:
+                failed(error)
+        else:
+            self.commits += 1
+            self.transactions += len(work)
+            # What changed is known before the callbacks move on (and change the durable
+            # registry); it is told after them (once their messages left the spool's count).
+            tell = self._changed([t for t, _, _ in work])
+            for (_, done, _), result in zip(work, results, strict=True):
+                done(result)
+            tell()
+        if self._waiting:
+            self._start()
+
+
+class Persistence:
+    """The store with its writer and reader, and what the server keeps in memory about it."""
+
+    def __init__(self, store: MessageStore, runtime: Runtime, settings: Settings) -> None:
+        self.store = store
         self.runtime = runtime
-        self.settings = settings
-        self.queue_worker = runtime.worker("persqueue")
-        self.topic_worker = runtime.worker("topics")
-        delay = settings.get_int("P2PStore", "maxdelay") / 1000
-        # Told which destinations a commit changed (the broker updates its watermarks).
-        self.on_store_changed: Callable[[str, Iterable[str]], None] = lambda domain, names: None
-        self.removals: GroupCommit[QueuePosition, int] = GroupCommit(
+        # Told which destinations a commit changed (store watermarks and spool usage follow).
+        self.on_changed: Callable[[set[str]], None] = lambda names: None
+        self.writer = StoreWriter(store, runtime.worker("writer"), self._committed)
+        self.reader = runtime.worker("store")
+        queues = QueueStoreSettings.read(settings, "PersQueueFileStore")
+        replay = ReplaySettings.read(settings, "TopicFileStore")
+        self.removals: GroupCommit[Position, Committed] = GroupCommit(
             runtime,
-            self.queue_worker,
-            self._remove,
-            lambda batch, count: self.on_store_changed(P2P, {queue for queue, _ in batch}),
-            lambda batch, error: log.error("store.remove_failed", error=str(error)),
+            lambda batch, done, failed: self.writer.commit(
+                StoreTransaction(removals=tuple(batch)), done, failed
+            ),
+            lambda batch, result: None,
+            lambda batch, error: None,  # the writer logged it
             size=lambda item: 0,
-            max_items=settings.get_int("PersQueueFileStore", "fastdeletionsize"),
+            max_items=queues.fastdeletionsize,
             max_bytes=1 << 62,
-            max_delay=delay,
+            max_delay=StoreBufferSettings.read(settings, "P2PStore").maxdelay / 1000,
         )
-        self.acknowledgements: GroupCommit[tuple[DurableKey, int], None] = GroupCommit(
+        self.acknowledgements: GroupCommit[tuple[SubscriptionKey, int], Committed] = GroupCommit(
             runtime,
-            self.topic_worker,
-            self._acknowledge,
-            lambda batch, result: self.on_store_changed(PUBSUB, self.durable_topics),
-            lambda batch, error: log.error("store.acknowledge_failed", error=str(error)),
+            lambda batch, done, failed: self.writer.commit(
+                StoreTransaction(acknowledgements=_highest(batch)), done, failed
+            ),
+            lambda batch, result: None,
+            lambda batch, error: None,
             size=lambda item: 0,
-            max_items=settings.get_int("TopicFileStore", "fastacknowledgesize"),
+            max_items=replay.fastacknowledgesize,
             max_bytes=1 << 62,
-            max_delay=settings.get_int("PubSubStore", "maxdelay") / 1000,
+            max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
         )
+        self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
+        self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
         self.durable_topics: Counter[str] = Counter()  # topics with durable subscriptions
+        live = LiveBufferSettings.read(settings, "DestinationManager")
         self.cache_bytes = 0  # persistent queue messages held in memory, all queues
-        self.cache_limit = settings.get_int(
-            "DestinationManager", "globalpersqueuebytehighwatermark"
-        )
-        self.queue_cache_limit = settings.get_int(
-            "DestinationManager", "persqueuebytehighwatermark"
-        )
+        self.cache_limit = live.globalpersqueuebytehighwatermark
+        self.queue_cache_limit = live.persqueuebytehighwatermark
+
+    def _committed(self, transactions: list[StoreTransaction]) -> Callable[[], None]:
+        """How to tell ``on_changed`` the destinations whose stored counts the commit may
+        have changed."""
+        names: set[str] = set()
+        for transaction in transactions:
+            names.update(m.destination for m in transaction.appends)
+            names.update(name for name, _ in transaction.removals)
+            names.update(topic for _, topic, _ in transaction.subscribes)
+            for key in (*transaction.unsubscribes, *(k for k, _ in transaction.acknowledgements)):
+                topic = self.durables.get(key)
+                if topic is not None:
+                    names.add(topic)
+        return lambda: self.on_changed(names)
 
     def load_durable_subscriptions(self) -> list[SubscriptionInfo]:
-        """Read the durable subscriptions at start-up (before the event loop runs)."""
-        subscriptions = self.topics.subscriptions()
-        self.durable_topics = Counter(info.topic for info in subscriptions)
+        """The durable subscriptions the store holds (at start-up)."""
+        subscriptions = self.store.subscriptions()
+        self.durables = {(s.client_id, s.name): s.topic for s in subscriptions}
+        self.durable_topics = Counter(self.durables.values())
         return subscriptions
 
-    def _remove(self, positions: list[QueuePosition]) -> int:
-        by_queue: dict[str, list[int]] = {}
-        for queue, seq in positions:
-            by_queue.setdefault(queue, []).append(seq)
-        return self.queues.remove_batch(by_queue)
+    # -- writes --------------------------------------------------------------------------
 
-    def _acknowledge(self, positions: list[tuple[DurableKey, int]]) -> None:
-        highest: dict[DurableKey, int] = {}
-        for key, seq in positions:
-            if seq > highest.get(key, 0):
-                highest[key] = seq
-        self.topics.acknowledge_batch(highest)
+    def commit(self, transaction: StoreTransaction, done: Done, failed: Failed) -> None:
+        self.writer.commit(transaction, done, failed)
 
-    def expire_queue_messages(
-        self, queue: str, seqs: list[int], then: Callable[[list[StoredMessage]], None]
+    def acknowledge(self, transaction: StoreTransaction, done: Callable[[], None] | None) -> None:
+        """Store what acknowledgements changed (removals, durable positions) in the group
+        commits; ``done`` once it is stored."""
+        for position in transaction.removals:
+            self.removals.add(position)
+        for acknowledgement in transaction.acknowledgements:
+            self.acknowledgements.add(acknowledgement)
+        if done is not None:
+            self.removals.when_committed(lambda: self.acknowledgements.when_committed(done))
+
+    def forget(self, messages: list[Message]) -> None:
+        """Stored messages the server refused or discarded after storing them leave the store."""
+        for message in messages:
+            self.removals.add((message.destination, message.store_seq))
+
+    def subscribe(
+        self,
+        key: SubscriptionKey,
+        topic: str,
+        selector: str,
+        done: Callable[[SubscriptionInfo, bool], None],
+        failed: Failed,
     ) -> None:
-        """Remove expired messages now (expiryonread); ``then`` gets those actually removed."""
-        self.queue_worker.submit(
-            lambda: self.queues.expire({queue: seqs}),
-            then,
-            lambda error: log.error("store.expire_failed", queue=queue, error=str(error)),
+        """Create or resume a durable subscription; ``done(info, created)`` once stored."""
+
+        def registered(result: Committed) -> None:
+            info, created = result.subscriptions[0]
+            previous = self.durables.get(key)
+            if previous != info.topic:
+                if previous is not None:
+                    self.durable_topics[previous] -= 1
+                self.durables[key] = info.topic
+                self.durable_topics[info.topic] += 1
+            done(info, created)
+
+        self.writer.commit(
+            StoreTransaction(subscribes=((key, topic, selector),)), registered, failed
         )
 
-    def close(self) -> None:
-        self.queues.close()
-        self.topics.close()
+    def unsubscribe(self, key: SubscriptionKey, done: Callable[[str | None], None]) -> None:
+        """Remove a durable subscription and its backlog; ``done(topic)`` once stored
+        (None if there was no such subscription)."""
+        topic = self.durables.get(key)
+
+        def removed(result: Committed) -> None:
+            if self.durables.pop(key, None) is not None:
+                self.durable_topics[topic or ""] -= 1
+            done(topic)
+
+        self.writer.commit(
+            StoreTransaction(unsubscribes=(key,)),
+            removed,
+            lambda error: log.error("durable.remove_failed", error=str(error)),
+        )
+
+    def keeps(self, topic: str) -> bool:
+        """Whether persistent messages of ``topic`` are stored (it has durable subscriptions)."""
+        return self.durable_topics[topic] > 0
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        destination: str,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        done: Callable[[Batch], None],
+        failed: Failed,
+    ) -> None:
+        """Read messages of ``destination`` after ``after_seq`` on the reader worker."""
+        now_ms = self.runtime.now_ms()
+        store = self.store
+        self.reader.submit(
+            lambda: store.read(
+                destination, now_ms=now_ms, after_seq=after_seq, limit=limit, max_bytes=max_bytes
+            ),
+            done,
+            failed,
+        )
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        """Commits made and what they carried."""
+        return {
+            "store": {"commits": self.writer.commits, "transactions": self.writer.transactions},
+            "queue removals": {"commits": self.removals.batches, "items": self.removals.items},
+            "durable acknowledgements": {
+                "commits": self.acknowledgements.batches,
+                "items": self.acknowledgements.items,
+            },
+        }
+
+
+def _highest(
+    positions: list[tuple[SubscriptionKey, int]],
+) -> tuple[tuple[SubscriptionKey, int], ...]:
+    """Each subscription's highest position of a batch (a position never moves back)."""
+    highest: dict[SubscriptionKey, int] = {}
+    for key, seq in positions:
+        if seq > highest.get(key, 0):
+            highest[key] = seq
+    return tuple(highest.items())

@@ -1,12 +1,16 @@
-"""The pipeline module interface and the chain that links modules together.
+"""The pipeline module interface, the chain that links modules, and the two pipelines.
 
 Each domain (point-to-point, publish-subscribe) has one chain of modules, as
-listed in config.xml: socket reader -> [transaction, thread/buffer, storage,
-distributing] -> socket writer. A module receives a message in ``handle`` and
-must, now or later, either pass it to ``self.downstream.handle`` or call
-``context.discard``. Every chain ends in a terminal stage that tells the
-message's origin connection the server is done with it (which releases its
-receipt), so a module never deals with receipts itself.
+listed in config.xml: socket reader -> [admission, transaction,
+thread/buffer, storage, distributing] -> socket writer. Messages travel in
+batches (the SENDs of one read from a socket, say): a module receives a
+batch in ``handle`` and, for each message, now or later, either passes it on
+(``self.downstream.handle(batch)`` with any sub-list, in order) or refuses it
+(``self.context.refuse(message, Refused(...))``). Every chain ends in a
+terminal stage that tells each message's origin that the server is done with
+it, which releases its receipt; a refusal, wherever it happens, reaches the
+origin as an ERROR naming the message's receipt. A module never deals with
+receipts itself.
 """
 
 from __future__ import annotations
@@ -17,66 +21,92 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import structlog
 
+from wiremq.config.settings import Settings
+from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
-    from wiremq.config.settings import Settings
-    from wiremq.modules.broker import Broker
+    from wiremq.modules.destinations import Destinations
+    from wiremq.modules.flow.control import FlowControl
+    from wiremq.modules.flow.spool import Spool
+    from wiremq.modules.persistence import Persistence
+    from wiremq.modules.transaction import TransactionManager
 
 P2P = "p2p"
 PUBSUB = "pubsub"
 DOMAINS = (P2P, PUBSUB)
 
+Batch = list[Message]
+
 log = structlog.get_logger("wiremq.pipeline")
 
 
 class Stage(Protocol):
-    """Anything a message can be handed to."""
+    """Anything a batch of messages can be handed to."""
 
-    def handle(self, message: Message) -> None: ...
+    def handle(self, batch: Batch) -> None: ...
 
 
-def release(message: Message) -> None:
-    """Tell the message's origin connection that the pipeline is done with it."""
+def complete(message: Message) -> None:
+    """Tell the message's origin that the pipeline is done with it."""
     origin = message.origin
     if origin is not None:
         message.origin = None
         origin.message_completed(message)
 
 
-def refuse(message: Message, reason: str) -> None:
-    """Tell the message's origin connection that the server could not take the message."""
+def refuse(message: Message, refusal: Refused) -> None:
+    """Tell the message's origin that the server does not take the message."""
     origin = message.origin
     if origin is not None:
         message.origin = None
-        origin.message_refused(message, reason)
+        origin.message_refused(message, refusal)
 
 
 class Terminal:
     """The end of every chain."""
 
-    def handle(self, message: Message) -> None:
-        release(message)
+    def handle(self, batch: Batch) -> None:
+        for message in batch:
+            complete(message)
 
 
 @dataclass
 class ModuleContext:
-    """What a module may use: the broker (and its runtime: timers, workers), the
-    settings, and the domain of its chain. Modules never import the event loop."""
+    """What a module may use: its domain, the settings, the runtime (timers, workers,
+    the wall clock) and the server's shared pieces. Modules never import the event loop."""
 
-    broker: Broker
-    settings: Settings
     domain: str
+    settings: Settings
+    runtime: Runtime
+    destinations: Destinations
+    flow: FlowControl
+    transactions: TransactionManager
+    spool: Spool
+    persistence: Persistence | None
 
-    @property
-    def runtime(self) -> Runtime:
-        return self.broker.runtime
+    def refuse(self, message: Message, refusal: Refused) -> None:
+        """Refuse a message: its origin gets an ERROR; a stored message leaves the store."""
+        log.info(
+            "message.refused",
+            message_id=message.message_id,
+            destination=message.destination,
+            reason=refusal.detail or refusal.message,
+        )
+        self._forget(message)
+        refuse(message, refusal)
 
     def discard(self, message: Message, reason: str) -> None:
-        """Drop a message on purpose; it is logged and its origin released."""
+        """Drop a message on purpose: logged, its origin released as if it was delivered;
+        a stored message leaves the store."""
         log.info("message.discarded", message_id=message.message_id, reason=reason)
-        release(message)
+        self._forget(message)
+        complete(message)
+
+    def _forget(self, message: Message) -> None:
+        if message.store_seq and self.persistence is not None:
+            self.persistence.forget([message])
 
 
 class PipelineModule(ABC):
@@ -94,8 +124,8 @@ class PipelineModule(ABC):
         self.downstream = downstream
 
     @abstractmethod
-    def handle(self, message: Message) -> None:
-        """Process one message travelling down the chain."""
+    def handle(self, batch: Batch) -> None:
+        """Process a batch of messages travelling down the chain."""
 
 
 class Chain:
@@ -113,3 +143,14 @@ class Chain:
     def module(self, cls: type[PipelineModule]) -> PipelineModule | None:
         """The chain's module of this class, if it has one."""
         return next((m for m in self.modules if isinstance(m, cls)), None)
+
+
+class Pipelines:
+    """The chain of each domain: where messages enter the server."""
+
+    def __init__(self) -> None:
+        self.chains: dict[str, Chain] = {}
+
+    def submit(self, domain: str, batch: Batch) -> None:
+        """Start messages of one domain down its chain."""
+        self.chains[domain].head.handle(batch)

@@ -10,11 +10,9 @@ removed from the chain in config.xml to cut latency.
 
 from __future__ import annotations
 
-from collections import deque
-
+from wiremq.config.groups import BufferSettings, WatermarkLimits
 from wiremq.modules.flow.watermarks import Watermark
-from wiremq.modules.message import Message
-from wiremq.modules.pipeline import P2P, ModuleContext, PipelineModule
+from wiremq.modules.pipeline import P2P, Batch, ModuleContext, PipelineModule
 
 
 class PrioQueueModule(PipelineModule):
@@ -23,34 +21,36 @@ class PrioQueueModule(PipelineModule):
     def __init__(self, context: ModuleContext) -> None:
         super().__init__(context)
         group = "P2PPrioQueue" if context.domain == P2P else "PubSubPrioQueue"
-        max_messages = context.settings.get_int(group, "maxnummessages")
-        max_bytes = context.settings.get_int(group, "maxnumbytes")
-        broker = context.broker
+        limits = BufferSettings.read(context.settings, group)
+        flow = context.flow
         self.watermark = Watermark(
             group,
-            (max_messages, max_messages // 2, max_bytes, max_bytes // 2),
-            lambda: broker.producers[context.domain],
+            WatermarkLimits(
+                limits.maxnummessages,
+                limits.maxnummessages // 2,
+                limits.maxnumbytes,
+                limits.maxnumbytes // 2,
+            ),
+            lambda: flow.producers[context.domain],
         )
-        broker.add_gate(context.domain, self.watermark)
-        self._buffer: deque[Message] = deque()
-        self._scheduled = False
+        flow.add_gate(context.domain, self.watermark)
+        self._buffer: Batch = []
+        self._bytes = 0
 
-    def handle(self, message: Message) -> None:
-        self._buffer.append(message)
-        self.watermark.add(1, message.size)
-        if not self._scheduled:
-            self._scheduled = True
+    def handle(self, batch: Batch) -> None:
+        if not batch:
+            return
+        if not self._buffer:
             self.context.runtime.call_soon(self.drain)
+        self._buffer += batch
+        size = sum(m.size for m in batch)
+        self._bytes += size
+        self.watermark.add(len(batch), size)
 
     def drain(self) -> None:
-        """Hand every buffered message on, oldest first."""
-        self._scheduled = False
-        buffer = self._buffer
-        downstream = self.downstream.handle
-        count = len(buffer)
-        size = 0
-        while buffer:
-            message = buffer.popleft()
-            size += message.size
-            downstream(message)
-        self.watermark.remove(count, size)
+        """Hand every buffered message on, oldest first, in one batch."""
+        batch, self._buffer = self._buffer, []
+        size, self._bytes = self._bytes, 0
+        if batch:
+            self.downstream.handle(batch)
+            self.watermark.remove(len(batch), size)

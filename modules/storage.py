@@ -1,27 +1,32 @@
-"""The storage module: puts each message into the store its delivery mode calls for.
+"""The storage module: persistent messages into the store, through the small processing buffer.
 
-Non-persistent queue messages wait in the VolQueueStore; non-persistent topic
-messages are not kept. Persistent messages go through the small processing
-buffer (P2PStore / PubSubStore: maxdelay, maxdelayedmessagesnumber,
-maxdelayedmessagessize), which group-commits them to the PersQueueStore or the
-TopicStore; only after its batch is committed does a message go on to
-distribution and its receipt to the client. A persistent topic message goes
-to the TopicStore only if its topic has durable subscriptions.
+A persistent message that must be kept (every persistent queue message; a
+persistent topic message while its topic has durable subscriptions) first
+passes the spool checks, then waits in the small processing buffer (P2PStore
+/ PubSubStore: maxdelay, maxdelayedmessagesnumber, maxdelayedmessagessize),
+which group-commits it to the store; only after its batch is committed does
+it go on, and so its receipt to the client. Non-persistent messages, and
+messages already stored (read back, or moved to a dead message queue), go on
+at once. Messages of a committed transaction are handed to their ``Unit``,
+which stores the whole transaction in one store transaction. This module
+only talks to the store interface; destinations receive messages only from
+the distributing module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import structlog
 
-from wiremq.modules.destinations import Queue
+from wiremq.config.groups import StoreBufferSettings
+from wiremq.modules.errors import Refused
 from wiremq.modules.groupcommit import GroupCommit
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline import P2P, ModuleContext, PipelineModule, refuse
-from wiremq.stores.records import StoredMessage
+from wiremq.modules.pipeline import P2P, Batch, ModuleContext, PipelineModule
+from wiremq.stores.api import Committed, StoreTransaction
 
 log = structlog.get_logger("wiremq.storage")
+
+NO_STORE = Refused("message not accepted", "this server has no persistent store")
 
 
 class StorageModule(PipelineModule):
@@ -29,76 +34,88 @@ class StorageModule(PipelineModule):
 
     def __init__(self, context: ModuleContext) -> None:
         super().__init__(context)
-        persistence = context.broker.persistence
-        self.persistence = persistence
-        self.buffer: GroupCommit[Message, Sequence[int | None]] | None = None
+        self.persistence = persistence = context.persistence
+        self.spool = context.spool
+        self.buffer: GroupCommit[Message, Committed] | None = None
         if persistence is None:
             return
         group = "P2PStore" if context.domain == P2P else "PubSubStore"
-        settings = context.settings
-        if context.domain == P2P:
-            store_append = persistence.queues.append
-            worker = persistence.queue_worker
-        else:
-            store_append = persistence.topics.append  # type: ignore[assignment]
-            worker = persistence.topic_worker
+        settings = StoreBufferSettings.read(context.settings, group)
         runtime = context.runtime
 
-        def commit(batch: list[Message]) -> Sequence[int | None]:
+        def commit(batch: list[Message], done, failed) -> None:  # type: ignore[no-untyped-def]
             now_ms = runtime.now_ms()
-            records: list[StoredMessage] = [m.to_stored(now_ms) for m in batch]
-            return store_append(records)
+            appends = tuple(m.to_stored(now_ms) for m in batch)
+            persistence.commit(StoreTransaction(appends=appends), done, failed)
 
         self.buffer = GroupCommit(
             runtime,
-            worker,
             commit,
             self._stored,
             self._not_stored,
             size=lambda m: m.size,
-            max_items=settings.get_int(group, "maxdelayedmessagesnumber"),
-            max_bytes=settings.get_int(group, "maxdelayedmessagessize"),
-            max_delay=settings.get_int(group, "maxdelay") / 1000,
+            max_items=settings.maxdelayedmessagesnumber,
+            max_bytes=settings.maxdelayedmessagessize,
+            max_delay=settings.maxdelay / 1000,
         )
 
-    def handle(self, message: Message) -> None:
+    def handle(self, batch: Batch) -> None:
+        passing = []
+        for message in batch:
+            keep = self._keeps(message)
+            if keep:
+                target = message.target
+                assert target is not None
+                if self.persistence is None:
+                    self.context.refuse(message, NO_STORE)
+                    continue
+                reason = self.spool.check(message, target)
+                if reason is not None:
+                    self.context.refuse(message, Refused("message not accepted", reason))
+                    continue
+                self.spool.accepted(message)
+                self.spool.accepted_into_store(target, message)
+            unit = message.unit
+            if unit is not None:
+                unit.arrive(message, self, keep)
+            elif keep:
+                assert self.buffer is not None
+                self.buffer.add(message)
+            else:
+                passing.append(message)
+        if passing:
+            self.downstream.handle(passing)
+
+    def _keeps(self, message: Message) -> bool:
+        """Whether a message is to be stored here."""
+        if not message.persistent or message.store_seq:
+            return False
         target = message.target
         assert target is not None
-        if message.persistent:
-            if self.buffer is None:
-                refuse(message, "this server has no persistent store")
-                return
-            queue = isinstance(target, Queue)
-            if queue or self._has_durables(message.destination):
-                spool = self.context.broker.spool
-                reason = spool.check(message, target)
-                if reason is not None:
-                    refuse(message, reason)
-                    return
-                spool.accepted(message)
-                self.context.broker.store_accepted(target, message)
-                if queue:
-                    target.arrived(message)
-                self.buffer.add(message)
-                return
-        elif isinstance(target, Queue):
-            target.store_volatile(message)
-        self.downstream.handle(message)
+        if target.domain == P2P:
+            return True
+        return self.persistence is not None and self.persistence.keeps(target.name)
 
-    def _has_durables(self, topic: str) -> bool:
-        assert self.persistence is not None
-        return self.persistence.durable_topics[topic] > 0
-
-    def _stored(self, batch: list[Message], seqs: Sequence[int | None]) -> None:
-        self.context.broker.spool.committed(batch)
-        downstream = self.downstream.handle
-        for message, seq in zip(batch, seqs, strict=True):
+    def _stored(self, batch: list[Message], result: Committed) -> None:
+        self.spool.committed(batch)
+        for message, seq in zip(batch, result.positions, strict=True):
             message.store_seq = seq or 0
-            downstream(message)
-        self.context.broker.store_changed(self.context.domain, {m.destination for m in batch})
+        self.downstream.handle(batch)
 
     def _not_stored(self, batch: list[Message], error: Exception) -> None:
-        log.error("store.append_failed", messages=len(batch), error=str(error))
-        self.context.broker.spool.committed(batch)
+        self.spool.committed(batch)
+        refusal = Refused("message not accepted", f"the message could not be stored: {error}")
         for message in batch:
-            refuse(message, f"the message could not be stored: {error}")
+            self.context.refuse(message, refusal)
+
+    # -- committed transactions (see ``transaction.Unit``) ------------------------------
+
+    def unit_stored(self, batch: Batch, kept: Batch) -> None:
+        """A transaction's messages that reached this step (``kept``: those it stored) are
+        stored: they go on."""
+        self.spool.committed(kept)
+        self.downstream.handle(batch)
+
+    def unit_dropped(self, kept: Batch) -> None:
+        """A transaction failed: its messages that reached this step are dropped."""
+        self.spool.committed(kept)

@@ -15,14 +15,41 @@ from typing import TYPE_CHECKING
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
 from wiremq.modules.message import Message
-from wiremq.modules.stomp.codec import escape
+from wiremq.modules.runtime import Runtime
+from wiremq.modules.stomp.encoder import ack_line, ack_suffix, subscription_head
 
 if TYPE_CHECKING:
-    from wiremq.modules.broker import Broker
-    from wiremq.modules.client import ClientConnection
-    from wiremq.modules.destinations import Destination
+    from wiremq.modules.connection import ClientConnection
+    from wiremq.modules.destination import Destination
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
+
+
+class UnackedLimit:
+    """MessageSpool.maxdeliveredunacked: deliveries to client-acknowledging consumers not
+    yet acknowledged, over the whole server (-1: no limit). Destinations whose consumers
+    were held back by it are woken when acknowledgements bring the count under it."""
+
+    def __init__(self, limit: int, runtime: Runtime) -> None:
+        self.limit = limit
+        self.count = 0
+        self.runtime = runtime
+        self._waiters: set[Destination] = set()
+
+    def reached(self, subscription: Subscription) -> bool:
+        if self.limit < 0 or self.count < self.limit:
+            return False
+        self._waiters.add(subscription.destination)
+        return True
+
+    def acknowledged(self, count: int) -> None:
+        """``count`` client-mode deliveries were acknowledged (or given back)."""
+        before = self.count
+        self.count -= count
+        if before >= self.limit > self.count >= 0 and self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for destination in waiters:
+                self.runtime.call_soon(destination.consumer_ready)
 
 
 class Subscription:
@@ -38,7 +65,7 @@ class Subscription:
         "sub_id",
         "number",
         "destination",
-        "broker",
+        "limit",
         "ack_mode",
         "egress",
         "flavour",
@@ -47,6 +74,8 @@ class Subscription:
         "ack_suffix",
         "durable_key",
         "replaying",
+        "replayed_upto",
+        "skipped_upto",
         "acked_position",
         "window_messages",
         "window_bytes",
@@ -73,18 +102,18 @@ class Subscription:
         self.sub_id = sub_id
         self.number = number
         self.destination = destination
-        self.broker: Broker = destination.broker
+        self.limit = destination.services.unacked
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
-        self.head = b"MESSAGE\nsubscription:" + escape(sub_id, version).encode() + b"\n"
+        self.head = subscription_head(sub_id, version)
         # Delivered and not yet acknowledged, in delivery order; None in auto mode.
         self.unacked: dict[str, Message] | None = None if ack_mode == "auto" else {}
-        self.ack_suffix = (
-            f"@{number}\n".encode() if version == "1.2" and ack_mode != "auto" else None
-        )
+        self.ack_suffix = ack_suffix(number) if version == "1.2" and ack_mode != "auto" else None
         self.durable_key = durable_key  # (client id, name) of a durable topic subscription
         self.replaying = durable_key is not None  # catching up from the store first
+        self.replayed_upto = 0  # a durable subscriber's last stored position its replay read
+        self.skipped_upto = 0  # the last stored position it skipped live while replaying
         self.acked_position = 0  # a durable subscriber's acknowledged store position
         self.window_messages, self.window_bytes = window
         self.inflight_messages = 0
@@ -107,7 +136,7 @@ class Subscription:
             self.inflight_bytes >= self.window_bytes
         ):
             return False
-        if self.unacked is not None and self.broker.unacked_limit_reached(self):
+        if self.unacked is not None and self.limit.reached(self):
             return False
         queues = self.egress.queues
         return queues.policy is Policy.DISCARD_OLDEST or queues.has_room(queue, message.size)
@@ -125,6 +154,19 @@ class Subscription:
             self.waiting = False
             self.egress.outbox.wake(self.destination.consumer_ready)
 
+    def skips(self, message: Message) -> bool:
+        """Whether a durable subscriber leaves a live stored message to its replay: all of
+        them while it replays (the highest is noted, so that the replay reads on to it),
+        and afterwards those the replay already read."""
+        seq = message.store_seq
+        if not seq or self.durable_key is None:
+            return False
+        if self.replaying:
+            if seq > self.skipped_upto:
+                self.skipped_upto = seq
+            return True
+        return seq <= self.replayed_upto
+
     # -- delivery --------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
@@ -137,10 +179,10 @@ class Subscription:
             self.egress.push_message(message.egress_queue, self.head, tail, self, message)
             return
         unacked[message.message_id] = message
-        self.broker.delivered_unacked += 1
+        self.limit.count += 1
         head = self.head
         if self.ack_suffix is not None:
-            head += b"ack:" + message.message_id.encode() + self.ack_suffix
+            head += ack_line(message.message_id, self.ack_suffix)
         self.egress.push_message(message.egress_queue, head, tail, self, message)
 
     def written(self, entry: Entry) -> None:
@@ -153,7 +195,9 @@ class Subscription:
             self.inflight_messages -= 1
             self.inflight_bytes -= message.size
             if message.store_seq:
-                self.destination.acknowledged(self, [message])
+                persistence = self.destination.services.persistence
+                assert persistence is not None
+                persistence.acknowledge(self.destination.acknowledged(self, [message]), None)
         self._wake()
 
     def discarded(self, entry: Entry) -> None:
@@ -163,7 +207,7 @@ class Subscription:
         if self.unacked is not None:
             if self.unacked.pop(message.message_id, None) is None:
                 return
-            self.broker.acknowledged_count(1)
+            self.limit.acknowledged(1)
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()
@@ -201,7 +245,7 @@ class Subscription:
     def _release(self, messages: list[Message]) -> None:
         self.inflight_messages -= len(messages)
         self.inflight_bytes -= sum(m.size for m in messages)
-        self.broker.acknowledged_count(len(messages))
+        self.limit.acknowledged(len(messages))
         self._wake()
 
     def state(self) -> dict[str, object]:

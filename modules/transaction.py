@@ -1,75 +1,124 @@
-"""The transaction module and the transaction manager it hands transacted work to.
+"""Transactions: the transaction module, the transaction manager, and committed units.
 
-Frames inside a transaction (SENDs and ACKs) are held per connection until
-COMMIT, then released in order: held messages continue down the chain after
-the transaction module, held acknowledgements are applied. ABORT, or the
-connection going away, drops them.
+A SEND inside a transaction passes admission, then the transaction module
+hands it to the transaction manager, which holds it until COMMIT; the SEND is
+acknowledged (its RECEIPT) once held. ACKs inside a transaction are held
+too. ABORT, or the connection going away, drops what is held.
+
+At COMMIT the held work becomes a ``Unit``: its messages go on down their
+pipelines from the transaction module, and the storage step of each pipeline
+hands them to the unit instead of storing them itself. When every message
+of the unit has reached a storage step (or been refused on the way), the
+unit stores all its persistent messages and acknowledgements in ONE store
+transaction, and only then do its messages go on to distribution. If any
+message was refused before that, nothing of the transaction is applied: the
+COMMIT fails with an ERROR saying which message and why, and the messages its
+ACKs took are given back. The COMMIT's RECEIPT is sent once every message of
+the unit has left the pipeline. A module after the storage step that refuses
+a message of a committed unit removes that message only; the COMMIT then
+fails with an ERROR naming it, the rest of the transaction having been
+applied.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
+import structlog
+
+from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline import ModuleContext, PipelineModule, release
-from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule, complete
+from wiremq.stores.api import Committed, StoreTransaction
+
+if TYPE_CHECKING:
+    from wiremq.modules.destination import Destination
+    from wiremq.modules.persistence import Persistence
+    from wiremq.modules.storage import StorageModule
+
+log = structlog.get_logger("wiremq.transaction")
+
+
+class TransactionOwner(Protocol):
+    """The connection a transaction belongs to: told how its COMMIT ended."""
+
+    def unit_completed(self, unit: Unit) -> None: ...
+    def unit_failed(self, unit: Unit, refusal: Refused) -> None: ...
+
+
+# An acknowledgement held until COMMIT: applied then, it returns the messages it took
+# from their consumer, their destination and what the store must change for it.
+HeldAck = Callable[[], "tuple[Destination, list[Message], StoreTransaction] | None"]
+
+
+@dataclass
+class Transaction:
+    """One open transaction of one connection."""
+
+    name: str
+    owner: TransactionOwner
+    messages: list[Message] = field(default_factory=list)
+    acks: list[HeldAck] = field(default_factory=list)
 
 
 class TransactionManager:
-    """Open transactions of every connection."""
+    """Open transactions of every connection, and the transaction module of each pipeline."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[object, str], list[Callable[[], None]]] = {}
-        self.domains: set[str] = set()  # domains whose chain has a transaction module
+        self._open: dict[tuple[TransactionOwner, str], Transaction] = {}
+        self.modules: dict[str, TransactionModule] = {}  # domains whose chain has one
 
-    def _require(self, owner: object, transaction: str) -> list[Callable[[], None]]:
-        held = self._open.get((owner, transaction))
-        if held is None:
-            raise ProtocolError(
-                "unknown transaction",
-                f"transaction {transaction!r} was not begun on this connection",
+    def _require(self, owner: TransactionOwner, name: str) -> Transaction:
+        transaction = self._open.get((owner, name))
+        if transaction is None:
+            raise Refused(
+                "unknown transaction", f"transaction {name!r} was not begun on this connection"
             )
-        return held
+        return transaction
 
-    def check(self, owner: object, transaction: str, domain: str) -> None:
+    def check(self, owner: TransactionOwner, name: str, domain: str) -> None:
         """Refuse work for a transaction that is not open, or a domain without transactions."""
-        if domain not in self.domains:
-            raise ProtocolError(
+        if domain not in self.modules:
+            raise Refused(
                 "transactions disabled",
                 f"the {domain} pipeline has no transaction module (see config.xml)",
             )
-        self._require(owner, transaction)
+        self._require(owner, name)
 
-    def begin(self, owner: object, transaction: str) -> None:
-        if not self.domains:
-            raise ProtocolError(
+    def begin(self, owner: TransactionOwner, name: str) -> None:
+        if not self.modules:
+            raise Refused(
                 "transactions disabled", "no pipeline has a transaction module (see config.xml)"
             )
-        if (owner, transaction) in self._open:
-            raise ProtocolError(
-                "transaction already begun", f"transaction {transaction!r} is already open"
-            )
-        self._open[(owner, transaction)] = []
+        if (owner, name) in self._open:
+            raise Refused("transaction already begun", f"transaction {name!r} is already open")
+        self._open[(owner, name)] = Transaction(name, owner)
 
-    def hold(self, owner: object, transaction: str, action: Callable[[], None]) -> None:
-        """Keep an action to run at COMMIT."""
-        self._require(owner, transaction).append(action)
+    def hold(self, owner: TransactionOwner, name: str, message: Message) -> None:
+        self._require(owner, name).messages.append(message)
 
-    def commit(self, owner: object, transaction: str) -> None:
-        held = self._require(owner, transaction)
-        del self._open[(owner, transaction)]
-        for action in held:
-            action()
+    def hold_ack(self, owner: TransactionOwner, name: str, ack: HeldAck) -> None:
+        self._require(owner, name).acks.append(ack)
 
-    def abort(self, owner: object, transaction: str) -> None:
-        self._require(owner, transaction)
-        del self._open[(owner, transaction)]
+    def take(self, owner: TransactionOwner, name: str) -> Transaction:
+        """End a transaction for COMMIT: what it holds is the caller's now."""
+        transaction = self._require(owner, name)
+        del self._open[(owner, name)]
+        return transaction
 
-    def abort_all(self, owner: object) -> None:
+    def abort(self, owner: TransactionOwner, name: str) -> None:
+        self.take(owner, name)
+
+    def abort_all(self, owner: TransactionOwner) -> None:
         """Drop every open transaction of a connection that went away."""
         for key in [k for k in self._open if k[0] is owner]:
             del self._open[key]
+
+    def resume(self, domain: str, batch: Batch) -> None:
+        """Committed messages continue down their pipeline after its transaction module."""
+        self.modules[domain].downstream.handle(batch)
 
 
 class TransactionModule(PipelineModule):
@@ -79,13 +128,167 @@ class TransactionModule(PipelineModule):
 
     def __init__(self, context: ModuleContext) -> None:
         super().__init__(context)
-        self.manager = context.broker.transactions
-        self.manager.domains.add(context.domain)
+        self.manager = context.transactions
+        self.manager.modules[context.domain] = self
 
-    def handle(self, message: Message) -> None:
-        transaction = message.transaction
-        if transaction is None:
-            self.downstream.handle(message)
+    def handle(self, batch: Batch) -> None:
+        passing = []
+        for message in batch:
+            name = message.transaction
+            if name is None:
+                passing.append(message)
+                continue
+            origin = message.origin
+            try:
+                self.manager.hold(origin, name, message)  # type: ignore[arg-type]
+            except Refused as refusal:
+                self.context.refuse(message, refusal)
+                continue
+            complete(message)  # the SEND is accepted now: its receipt need not wait
+        if passing:
+            self.downstream.handle(passing)
+
+
+class Unit:
+    """A committed transaction on its way down the pipelines (see the module docstring).
+
+    It is the origin of its messages: each one's completion or refusal is
+    reported here.
+    """
+
+    def __init__(
+        self,
+        owner: TransactionOwner,
+        name: str,
+        receipt: str | None,
+        messages: list[Message],
+        changes: StoreTransaction,
+        taken: list[tuple[Destination, list[Message]]],
+        persistence: Persistence | None,
+        now_ms: int,
+    ) -> None:
+        self.owner = owner
+        self.now_ms = now_ms  # when it was committed: its messages' store timestamp
+        self.name = name
+        self.receipt = receipt
+        self.messages = messages
+        self.changes = changes  # what its acknowledgements change in the store
+        self.taken = taken  # the messages its acknowledgements took, by destination
+        self.persistence = persistence
+        self.stored = False
+        self.failure: Refused | None = None
+        self._outstanding = len(messages)  # not yet at a storage step (nor refused)
+        self._arrived: list[tuple[Message, StorageModule, bool]] = []
+        self._finished = 0  # messages that left the pipeline (completed or refused)
+        for message in messages:
+            message.origin = self
+            message.unit = self
+
+    def start(self, manager: TransactionManager) -> None:
+        """Send the messages on from their pipelines' transaction modules."""
+        if not self.messages:
+            self._commit()
             return
-        self.manager.hold(message.origin, transaction, partial(self.downstream.handle, message))
-        release(message)  # the SEND is accepted now; its receipt need not wait for COMMIT
+        by_domain: dict[str, Batch] = {}
+        for message in self.messages:
+            assert message.target is not None
+            by_domain.setdefault(message.target.domain, []).append(message)
+        for domain, batch in by_domain.items():
+            manager.resume(domain, batch)
+
+    # -- the storage rendezvous -----------------------------------------------------------
+
+    def arrive(self, message: Message, module: StorageModule, store: bool) -> None:
+        """A storage step took a message of this unit (``store``: it is to be stored)."""
+        self._arrived.append((message, module, store))
+        self._outstanding -= 1
+        if not self._outstanding:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self.failure is not None:
+            self._roll_back(self.failure)
+            return
+        to_store = [m for m, _, store in self._arrived if store]
+        transaction = StoreTransaction(
+            appends=tuple(m.to_stored(self.now_ms) for m in to_store),
+            removals=self.changes.removals,
+            acknowledgements=self.changes.acknowledgements,
+        )
+        empty = not (transaction.appends or transaction.removals or transaction.acknowledgements)
+        if self.persistence is None or empty:
+            self._stored(to_store, Committed(positions=(0,) * len(to_store)))
+            return
+        self.persistence.commit(
+            transaction,
+            lambda result: self._stored(to_store, result),
+            lambda error: self._roll_back(
+                Refused("transaction not stored", f"the store failed: {error}")
+            ),
+        )
+
+    def _stored(self, stored: list[Message], result: Committed) -> None:
+        self.stored = True
+        for message, seq in zip(stored, result.positions, strict=True):
+            message.store_seq = seq or 0
+        for module, batch, kept in self._by_module():
+            module.unit_stored(batch, kept)
+        if not self.messages:
+            self.owner.unit_completed(self)
+
+    def _roll_back(self, refusal: Refused) -> None:
+        """Nothing of the transaction is applied: its messages are dropped and what its
+        acknowledgements took is given back."""
+        log.info("transaction.failed", transaction=self.name, reason=refusal.detail)
+        for module, batch, kept in self._by_module():
+            for message in batch:
+                message.origin = None
+            module.unit_dropped(kept)
+        for destination, messages in self.taken:
+            destination.rejected(messages, requeue=True)
+        self.owner.unit_failed(self, refusal)
+
+    def _by_module(self) -> list[tuple[StorageModule, Batch, Batch]]:
+        """The arrived messages by storage module: (module, all, those it keeps); the
+        arrivals are cleared."""
+        groups: dict[StorageModule, tuple[Batch, Batch]] = {}
+        for message, module, keep in self._arrived:
+            batch, kept = groups.setdefault(module, ([], []))
+            batch.append(message)
+            if keep:
+                kept.append(message)
+        self._arrived = []
+        return [(module, batch, kept) for module, (batch, kept) in groups.items()]
+
+    # -- MessageOrigin ----------------------------------------------------------------------
+
+    def message_completed(self, message: Message) -> None:
+        self._finished += 1
+        if self._finished == len(self.messages):
+            if self.failure is None:
+                self.owner.unit_completed(self)
+            else:
+                self.owner.unit_failed(self, self.failure)
+
+    def message_refused(self, message: Message, refusal: Refused) -> None:
+        position = self.messages.index(message) + 1
+        receipt = message.receipt
+        which = f"message {position} of transaction {self.name!r}" + (
+            f" (receipt {receipt!r})" if receipt is not None else ""
+        )
+        if self.stored:
+            self.failure = self.failure or Refused(
+                "transaction partly applied",
+                f"{which} was refused after the transaction was stored: "
+                f"{refusal.detail or refusal.message}",
+            )
+            self.message_completed(message)
+            return
+        self.failure = self.failure or Refused(
+            "transaction failed",
+            f"{which} was refused: {refusal.detail or refusal.message}; "
+            "nothing of the transaction was applied",
+        )
+        self._outstanding -= 1
+        if not self._outstanding:
+            self._commit()

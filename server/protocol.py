@@ -1,4 +1,4 @@
-"""The socket reader: one Twisted protocol per connection, feeding the sans-io session."""
+"""The socket reader: one Twisted protocol per connection, feeding the client connection."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from wiremq.modules.client import ClientConnection
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.slowness import Verdict
 from wiremq.server.writer import SocketWriter
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class StompProtocol(Protocol):
-    """Reads bytes into the client's session; writes happen once per burst via the outbox."""
+    """Hands bytes to the client's connection; writes happen once per burst via the outbox."""
 
     def __init__(self, server: WiremqServer) -> None:
         self.server = server
@@ -34,24 +33,26 @@ class StompProtocol(Protocol):
         transport.setTcpNoDelay(True)
         peer = cast(IPv4Address, transport.getPeer())
         self.egress = Egress(server.outbox, server.egress_limits)
-        self.writer = SocketWriter(transport, self.egress, server.transmit_bound, server.clock)
-        self.client = ClientConnection(
-            server.broker,
+        self.writer = SocketWriter(
+            transport,
             self.egress,
+            server.transmit_bound,
             server.clock,
-            f"{peer.host}:{peer.port}",
-            server.session_settings,
-            TransportReader(transport),
+            server.listener.closegrace,
+            server.slow_subscribers.window,
+        )
+        self.client = server.core.connect(
+            self.egress, f"{peer.host}:{peer.port}", TransportReader(transport), server.clock()
         )
         self.slow_verdict = Verdict.OK
         server.connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
-        session = self.client.session
-        connected = session.version is not None
-        session.data_received(data)
-        if not connected and session.version is not None:
-            self._schedule_heartbeat(session.check_heartbeats())
+        client = self.client
+        connected = client.session.version is not None
+        client.data_received(data, self.server.clock())
+        if not connected and client.session.version is not None:
+            self._schedule_heartbeat(client.tick(self.server.clock()))
         self.server.outbox.flush()
 
     def _schedule_heartbeat(self, deadline: float | None) -> None:
@@ -61,14 +62,13 @@ class StompProtocol(Protocol):
 
     def _heartbeat(self) -> None:
         self._heartbeat_call = None
-        self._schedule_heartbeat(self.client.session.check_heartbeats())
+        self._schedule_heartbeat(self.client.tick(self.server.clock()))
         self.server.outbox.flush()
 
     def connectionLost(self, reason: Failure | None = None) -> None:
         if self._heartbeat_call is not None and self._heartbeat_call.active():
             self._heartbeat_call.cancel()
         self.writer.stopProducing()
-        self.client.session.closed = True
         self.client.connection_lost()
         self.server.connections.discard(self)
         self.server.outbox.flush()

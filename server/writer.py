@@ -20,9 +20,7 @@ from zope.interface import implementer
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.egress_queues import Entry
 from wiremq.modules.flow.slowness import SlownessMeter
-
-DISCARD_HEADER = b"discarded:"
-CLOSE_GRACE = 2.0  # seconds a closing connection may take to flush before it is aborted
+from wiremq.modules.stomp.encoder import with_discard_indication
 
 
 def abort_if_open(transport: Connection) -> None:
@@ -38,13 +36,19 @@ class SocketWriter:
         egress: Egress,
         bound: int,
         clock: Callable[[], float],
+        close_grace: float,
+        slowness_window: float,
     ) -> None:
+        """``close_grace``: how long a closing connection may take to write what is
+        queued for it before it is aborted; ``slowness_window``: the span of time its
+        slowness is measured over."""
         self.transport = transport
         self.egress = egress
         self.bound = bound
+        self.close_grace = close_grace
         self.paused = False
         self.stopped = False
-        self.slowness = SlownessMeter(clock)
+        self.slowness = SlownessMeter(clock, slowness_window)
         egress.writer = self
         transport.bufferSize = bound
         transport.registerProducer(self, True)
@@ -71,7 +75,7 @@ class SocketWriter:
                 nonlocal size
                 head = entry.head
                 if discarded:
-                    head = head[:8] + DISCARD_HEADER + b"%d\n" % discarded + head[8:]
+                    head = with_discard_indication(head, discarded)
                 parts.append(head)
                 tail = entry.tail
                 if tail:
@@ -104,7 +108,7 @@ class SocketWriter:
             self.transport.loseConnection()
             # A client that stops reading now would keep us waiting for ever.
             self.transport.reactor.callLater(  # type: ignore[attr-defined]
-                CLOSE_GRACE, abort_if_open, self.transport
+                self.close_grace, abort_if_open, self.transport
             )
 
     def pauseProducing(self) -> None:

@@ -111,8 +111,9 @@ class MessageStore(Protocol):
         still comes back alone.
         """
 
-    def expired(self, now_ms: int, limit: int) -> list[tuple[Position, StoredMessage]]:
-        """Up to ``limit`` stored messages expired at ``now_ms``, soonest first."""
+    def expired(self, prefix: str, now_ms: int, limit: int) -> list[tuple[Position, StoredMessage]]:
+        """Up to ``limit`` stored messages of destinations named ``prefix``... (queues or
+        topics: each has its own cleanup process) expired at ``now_ms``, soonest first."""
 
     def subscriptions(self) -> list[SubscriptionInfo]:
         """Every durable subscription, as of the last commit."""

@@ -36,10 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
+from wiremq.config.groups import EgressSettings
+
 WORK_UNIT = 2048  # bytes per work unit
-DEFAULT_MAX_DEPTH = 20000  # work units, every queue
-DEFAULT_MIN_BURST = 4  # messages, C-1 and D queues
-DEFAULT_G1_MIN_BURST = 255  # messages, G-1: at least a consumer's flow window
 
 
 class EgressQueue(IntEnum):
@@ -85,22 +84,19 @@ def work_units(nbytes: int) -> int:
 class QueueLimits:
     """One queue's ``max-depth`` (work units) and ``min-msg-burst`` (messages)."""
 
-    max_depth: int = DEFAULT_MAX_DEPTH
-    min_burst: int = DEFAULT_MIN_BURST
+    max_depth: int
+    min_burst: int
 
     def __post_init__(self) -> None:
         if self.max_depth < 1 or self.min_burst < 0:
             raise ValueError(f"need max_depth >= 1 and min_burst >= 0: {self}")
 
 
-# In EgressQueue order: C-1, D-3, D-2, D-1, G-1.
-DEFAULT_LIMITS: tuple[QueueLimits, ...] = (
-    QueueLimits(),
-    QueueLimits(),
-    QueueLimits(),
-    QueueLimits(),
-    QueueLimits(min_burst=DEFAULT_G1_MIN_BURST),
-)
+def queue_limits(settings: EgressSettings) -> tuple[QueueLimits, ...]:
+    """Each queue's limits from the ClientEgress parameters, in EgressQueue order: C-1 and
+    the D queues take ``minmsgburst``, G-1 ``g1minmsgburst``."""
+    burst = QueueLimits(settings.maxdepth, settings.minmsgburst)
+    return (burst, burst, burst, burst, QueueLimits(settings.maxdepth, settings.g1minmsgburst))
 
 
 class Entry:
@@ -173,7 +169,7 @@ class EgressQueues:
 
     def __init__(
         self,
-        limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
+        limits: tuple[QueueLimits, ...],
         policy: Policy = Policy.BLOCK,
         on_discard: Callable[[Entry], object] | None = None,
     ) -> None:

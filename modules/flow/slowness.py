@@ -18,8 +18,7 @@ from enum import Enum
 
 from wiremq.modules.flow.egress_queues import EgressQueues
 
-DEFAULT_WINDOW = 60.0  # seconds over which slowness is measured
-DEFAULT_SPANS = 60  # spans per window: bounds a meter's memory, sets its precision
+SPANS = 60  # spans per window: bounds a meter's memory, sets its precision
 
 
 class _Span:
@@ -61,8 +60,8 @@ class SlownessMeter:
     def __init__(
         self,
         clock: Callable[[], float],
-        window: float = DEFAULT_WINDOW,
-        spans: int = DEFAULT_SPANS,
+        window: float,
+        spans: int = SPANS,
     ) -> None:
         if window <= 0 or spans < 1:
             raise ValueError(f"need window > 0 and spans >= 1, got {window}, {spans}")

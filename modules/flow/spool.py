@@ -13,18 +13,25 @@ usagesetpercent of a quota and another when it falls back to usageclearpercent.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from wiremq.modules.destinations import QUEUE_PREFIX
+from wiremq.config.groups import SpoolSettings
+from wiremq.config.settings import Settings
+from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.threshold import Threshold, Transition, percent_threshold
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline import P2P, PUBSUB
+from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 if TYPE_CHECKING:
-    from wiremq.modules.broker import Broker
-    from wiremq.modules.destinations import Destination
+    from wiremq.modules.destination import Destination
+    from wiremq.modules.destinations import Destinations
+
+P2P = "p2p"
+PUBSUB = "pubsub"
+PREFIXES = {P2P: QUEUE_PREFIX, PUBSUB: TOPIC_PREFIX}
 
 log = structlog.get_logger("wiremq.spool")
 
@@ -77,13 +84,23 @@ class Pending:
 
 
 class Spool:
-    """The checks, their refusal statistics, and the usage events."""
+    """The checks, their refusal statistics, the store watermarks' counts and the usage
+    events."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        settings: Settings,
+        flow: FlowControl,
+        destinations: Destinations,
+        store: MessageStore | None,
+    ) -> None:
+        self.settings = SpoolSettings.read(settings, "MessageSpool")
+        self.flow = flow
+        self.destinations = destinations
+        self.store = store
         self.refused: Counter[str] = Counter()
         self.pending = Pending()
-        self.spool_limit = broker.settings.get_int("MessageSpool", "maxspoolusage")
+        self.spool_limit = self.settings.maxspoolusage
         self._usage: dict[str, tuple[Threshold, int]] = {}  # scope -> (threshold, its quota)
 
     def check(self, message: Message, target: Destination) -> str | None:
@@ -100,33 +117,39 @@ class Spool:
             )
         return reason
 
+    def _used(self) -> int:
+        """Bytes stored in the whole spool."""
+        store = self.store
+        assert store is not None
+        return store.totals(QUEUE_PREFIX)[1] + store.totals(TOPIC_PREFIX)[1]
+
     def _reason(self, message: Message, target: Destination) -> str | None:
-        persistence = self.broker.persistence
-        assert persistence is not None
-        store = persistence.queues if target.domain == P2P else persistence.topics
-        if target.shut_down:
+        store = self.store
+        assert store is not None
+        policy = target.policy
+        if policy.shutdown:
             return "destination shut down: it accepts no persistent messages"
         size = message.stored_size
-        if 0 <= target.max_msg_size < size:
+        if 0 <= policy.maxmsgsize < size:
             return (
                 f"message too large: {size} bytes, the destination takes at most "
-                f"{target.max_msg_size}"
+                f"{policy.maxmsgsize}"
             )
-        quota = target.spool_quota
+        quota = policy.spoolquota
+        stored_messages, stored_bytes = store.count(target.name)
         waiting = self.pending.of(target.name)[1]
-        if quota >= 0 and store.byte_count(target.name) + waiting + size > quota:
+        if quota >= 0 and stored_bytes + waiting + size > quota:
             return f"destination spool quota exceeded: its quota is {quota} bytes"
         spool_limit = self.spool_limit
         if spool_limit >= 0:
-            used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
-            used += self.pending.total_bytes()
+            used = self._used() + self.pending.total_bytes()
             if used + size > spool_limit:
                 return f"message spool full: {used} of {spool_limit} bytes in use"
-        reject_limit = target.low_priority_limit
+        reject_limit = policy.lowpriorityrejectlimit
         if (
             reject_limit >= 0
             and message.priority < LOW_PRIORITY
-            and store.count(target.name) >= reject_limit
+            and stored_messages >= reject_limit
         ):
             return (
                 f"low-priority reject limit: the destination holds {reject_limit} or more "
@@ -145,37 +168,50 @@ class Spool:
         for message in messages:
             self.pending.remove(message)
 
+    def accepted_into_store(self, target: Destination, message: Message) -> None:
+        """A persistent message is on its way into the store: it counts in its store
+        watermarks now, so that producers are stopped while commits lag behind reading."""
+        size = message.stored_size
+        if target.store_watermark is not None:
+            target.store_watermark.add(1, size)
+        self.flow.stores[target.domain].add(1, size)
+
     def _full(self, target: Destination) -> bool:
         own = target.store_watermark
-        return (own is not None and own.tripped) or self.broker.store_watermarks[
-            target.domain
-        ].tripped
+        return (own is not None and own.tripped) or self.flow.stores[target.domain].tripped
 
-    def usage_changed(self, target: Destination) -> None:
-        """Raise or clear ``target``'s usage events after its store counts changed."""
-        persistence = self.broker.persistence
-        assert persistence is not None
-        store = persistence.queues if target.domain == P2P else persistence.topics
-        self._update(target.name, target.spool_quota, store.byte_count(target.name))
-
-    def spool_usage_changed(self) -> None:
-        """Raise or clear the whole spool's usage events; once per commit, as its
-        usage is the same whichever destinations the commit changed."""
-        persistence = self.broker.persistence
-        assert persistence is not None
-        used = persistence.queues.total_bytes() + persistence.topics.total_bytes()
-        self._update("message spool", self.spool_limit, used)
+    def store_changed(self, names: Iterable[str]) -> None:
+        """After a commit changed ``names``: bring the store watermarks to what the store
+        holds plus what waits for its commit, and raise or clear usage events."""
+        store = self.store
+        if store is None:
+            return
+        pending = self.pending
+        domains = set()
+        for name in names:
+            destination = self.destinations.get(name)
+            if destination is None:
+                continue
+            domains.add(destination.domain)
+            messages, nbytes = store.count(name)
+            if destination.store_watermark is not None:
+                waiting, waiting_bytes = pending.of(name)
+                destination.store_watermark.sync(messages + waiting, nbytes + waiting_bytes)
+            self._update(name, destination.policy.spoolquota, nbytes)
+        for domain in domains:
+            messages, nbytes = store.totals(PREFIXES[domain])
+            waiting, waiting_bytes = pending.of_domain(domain)
+            self.flow.stores[domain].sync(messages + waiting, nbytes + waiting_bytes)
+        if domains:
+            self._update("message spool", self.spool_limit, self._used())
 
     def _update(self, scope: str, quota: int, used: int) -> None:
         if quota <= 0:
             return
         known = self._usage.get(scope)
         if known is None or known[1] != quota:
-            settings = self.broker.settings
             threshold = percent_threshold(
-                quota,
-                settings.get_int("MessageSpool", "usagesetpercent"),
-                settings.get_int("MessageSpool", "usageclearpercent"),
+                quota, self.settings.usagesetpercent, self.settings.usageclearpercent
             )
             known = self._usage[scope] = (threshold, quota)
         transition = known[0].update(used)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from wiremq.config.settings import Settings
+from wiremq.config.groups import WatermarkLimits
 from wiremq.modules.flow.threshold import Gauge
 
 log = structlog.get_logger("wiremq.flow")
@@ -35,11 +35,17 @@ class Watermark:
     def __init__(
         self,
         name: str,
-        limits: tuple[float, float, float, float],
+        limits: WatermarkLimits,
         producers: Callable[[], Iterable[Producer]],
     ) -> None:
         self.name = name
-        self.gauge = Gauge(*limits, on_change=self._changed)
+        self.gauge = Gauge(
+            limits.msghighwatermark,
+            limits.msglowwatermark,
+            limits.bytehighwatermark,
+            limits.bytelowwatermark,
+            on_change=self._changed,
+        )
         self._producers = producers
         self.stopped: set[Producer] = set()
         self.trips = 0
@@ -113,19 +119,3 @@ class Watermark:
 
     def __repr__(self) -> str:
         return f"<Watermark {self.name}>"
-
-
-def limits(settings: Settings, group: str, prefix: str = "") -> tuple[float, float, float, float]:
-    """(msg high, msg low, byte high, byte low) of one scope from the registry."""
-    return (
-        settings.get_int(group, f"{prefix}msghighwatermark"),
-        settings.get_int(group, f"{prefix}msglowwatermark"),
-        settings.get_int(group, f"{prefix}bytehighwatermark"),
-        settings.get_int(group, f"{prefix}bytelowwatermark"),
-    )
-
-
-def enabled(scope_limits: tuple[float, float, float, float]) -> bool:
-    """Whether any threshold of a scope is on (both its bounds set)."""
-    msg_high, msg_low, byte_high, byte_low = scope_limits
-    return (msg_high >= 0 and msg_low >= 0) or (byte_high >= 0 and byte_low >= 0)

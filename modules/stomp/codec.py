@@ -1,4 +1,4 @@
-"""Sans-io STOMP codec: bytes in, frames out; frames in, bytes out.
+"""Sans-io STOMP decoding: bytes in, frames out; and the header escaping rules.
 
 Nothing here touches a socket or a clock, so it is tested with plain bytes and
 fuzzed. The decoder keeps one buffer per connection and never rescans bytes it
@@ -8,7 +8,6 @@ linear time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,9 +21,9 @@ _ESCAPES_12 = {**_ESCAPES_11, "\\r": "\r"}
 class DecoderLimits:
     """Bounds on what one frame may hold; past them the frame is refused."""
 
-    max_body_bytes: int = 10 * 1024 * 1024
-    max_headers: int = 1000
-    max_header_bytes: int = 10240  # one header line, and the command line
+    max_body_bytes: int
+    max_headers: int
+    max_header_bytes: int  # one header line, and the command line
 
 
 def unescape(value: str, version: str) -> str:
@@ -59,25 +58,6 @@ def escape(value: str, version: str) -> str:
     return value
 
 
-def encode_frame(
-    command: str,
-    headers: Iterable[tuple[str, str]] = (),
-    body: bytes = b"",
-    version: str = "1.2",
-) -> bytes:
-    """Encode one frame; a ``content-length`` header is always added for the body."""
-    escaped = command not in ("CONNECT", "STOMP", "CONNECTED")
-    lines = [command]
-    for name, value in headers:
-        if escaped:
-            name, value = escape(name, version), escape(value, version)
-        lines.append(f"{name}:{value}")
-    if body or command in ("SEND", "MESSAGE", "ERROR"):
-        lines.append(f"content-length:{len(body)}")
-    lines.append("\n")
-    return "\n".join(lines).encode() + body + b"\0"
-
-
 class FrameDecoder:
     """Incremental decoder for one connection.
 
@@ -92,8 +72,8 @@ class FrameDecoder:
     joined only once enough have arrived, so a large body costs linear time.
     """
 
-    def __init__(self, limits: DecoderLimits | None = None) -> None:
-        self.limits = limits or DecoderLimits()
+    def __init__(self, limits: DecoderLimits) -> None:
+        self.limits = limits
         self.version: str | None = None
         self._chunks: list[bytes] = []
         self._buffered = 0

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import stomp
 from stomp.utils import Frame as StompPyFrame
 
+from tests.defaults import LIMITS
 from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
@@ -103,7 +104,7 @@ class RawClient:
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.decoder = FrameDecoder()
+        self.decoder = FrameDecoder(LIMITS)
         self.decoder.version = "1.2"  # until CONNECTED says otherwise
         self.frames: list[Frame] = []
         self.raw = b""

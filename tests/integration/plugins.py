@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from wiremq.modules.message import Message
-from wiremq.modules.pipeline import ModuleContext, PipelineModule
+from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule
 
 SEEN: dict[str, list[str]] = {}
 
@@ -15,6 +14,6 @@ class RecordingModule(PipelineModule):
         super().__init__(context)
         self.seen = SEEN.setdefault(context.domain, [])
 
-    def handle(self, message: Message) -> None:
-        self.seen.append(message.body.decode())
-        self.downstream.handle(message)
+    def handle(self, batch: Batch) -> None:
+        self.seen.extend(message.body.decode() for message in batch)
+        self.downstream.handle(batch)

@@ -69,12 +69,14 @@ def test_the_store_cleanup_removes_expired_persistent_messages(start_server):
         )
     producer.send("/queue/sweep", "stays", headers={"persistent": "true"}, receipt="stays")
     assert recorder.wait_until(lambda: len(recorder.receipts) == 41)
-    store = server.broker.persistence.queues
+    store = server.store
     until(
-        lambda: (store.count("/queue/sweep"), store.count("/queue/DMQ")) == (1, 40), 10, every=0.05
+        lambda: (store.count("/queue/sweep")[0], store.count("/queue/DMQ")[0]) == (1, 40),
+        10,
+        every=0.05,
     )
-    assert store.count("/queue/sweep") == 1
-    assert store.count("/queue/DMQ") == 40  # moved, still persistent
+    assert store.count("/queue/sweep")[0] == 1
+    assert store.count("/queue/DMQ")[0] == 40  # moved, still persistent
     consumer, consumer_recorder = connect(server.port)
     consumer.subscribe("/queue/sweep", id="1")
     assert [m.body for m in consumer_recorder.wait_for_messages(1)] == ["stays"]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import call_in_reactor
+from tests.defaults import LIMITS
 from tests.integration.clients import TIMEOUT, RawClient, connect, fill, until
 from wiremq.modules.events import EVENTS
 from wiremq.modules.stomp.codec import FrameDecoder
@@ -26,10 +27,10 @@ from wiremq.modules.stomp.frames import Frame
 
 READ_CHUNK = 65536  # what the server reads at once: the most it takes after deciding to stop
 LEAN_PIPELINE = (
-    '<wiremq><Pipeline domain="p2p"><module name="transaction"/><module name="storage"/>'
-    '<module name="distributing"/></Pipeline><Pipeline domain="pubsub">'
-    '<module name="transaction"/><module name="storage"/><module name="distributing"/>'
-    "</Pipeline></wiremq>"
+    '<wiremq><Pipeline domain="p2p"><module name="admission"/><module name="transaction"/>'
+    '<module name="storage"/><module name="distributing"/></Pipeline><Pipeline domain="pubsub">'
+    '<module name="admission"/><module name="transaction"/><module name="storage"/>'
+    '<module name="distributing"/></Pipeline></wiremq>'
 )
 
 
@@ -139,7 +140,7 @@ class SlowClient(RawClient):
         sock.settimeout(TIMEOUT)
         sock.connect(("127.0.0.1", port))
         self.sock = sock
-        self.decoder = FrameDecoder()
+        self.decoder = FrameDecoder(LIMITS)
         self.decoder.version = "1.2"
         self.frames: list[Frame] = []
         self.raw = b""
@@ -336,7 +337,7 @@ def test_a_persistent_producer_is_stopped_at_its_queues_store_watermark(reactor,
     assert client_state(state, session)["stopped_by"] == ["<Watermark PersQueueStore /queue/p>"]
     watermark = watermark_state(state, "PersQueueStore /queue/p")
     assert watermark["tripped"] and watermark["messages"] == 3
-    assert server.broker.persistence.queues.count("/queue/p") == 3
+    assert server.store.count("/queue/p")[0] == 3
 
 
 def test_a_persistent_producer_stopped_at_a_store_watermark_resumes_once_consumed(
@@ -453,7 +454,7 @@ def test_a_persistent_message_that_fails_a_spool_check_gets_an_error_naming_its_
     assert client.wait_closed()
     state = flow_state(reactor, server)
     assert state["spool"]["refused"] == {case.reason: 1}
-    assert server.broker.persistence.queues.count("/queue/spool") == len(case.accepted)
+    assert server.store.count("/queue/spool")[0] == len(case.accepted)
 
 
 USAGE_SCOPES = {

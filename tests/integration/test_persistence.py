@@ -30,7 +30,7 @@ def test_persistent_queue_messages_survive_a_restart_and_volatile_ones_do_not(
     server = start_server()
     fill(server.port, "/queue/keep", [f"p{i}" for i in range(20)], **PERSISTENT)
     fill(server.port, "/queue/keep", ["volatile"])
-    assert server.broker.persistence.queues.count("/queue/keep") == 20
+    assert server.store.count("/queue/keep")[0] == 20
     server = _restart(reactor, start_server, server)
     _, recorder, messages = _drain(server.port, "/queue/keep", 20)
     assert [m.body for m in messages] == [f"p{i}" for i in range(20)]
@@ -44,7 +44,7 @@ def test_acknowledged_messages_do_not_come_back_after_a_restart(reactor, start_s
     for message in messages[:4]:
         consumer.ack(message.headers["ack"], receipt=f"a{message.body}")
     assert recorder.wait_until(lambda: len(recorder.receipts) == 4)
-    assert server.broker.persistence.queues.count("/queue/acked") == 6  # the receipts waited
+    assert server.store.count("/queue/acked")[0] == 6  # the receipts waited
     server = _restart(reactor, start_server, server)
     _, _, again = _drain(server.port, "/queue/acked", 6)
     assert [m.body for m in again] == ["4", "5", "6", "7", "8", "9"]
@@ -59,7 +59,7 @@ def test_a_send_receipt_means_the_message_is_in_the_store(server):
         )
         receipt = client.next_frame()
         assert receipt.headers["receipt-id"] == str(i)
-        assert server.broker.persistence.queues.count("/queue/rcpt") == i + 1
+        assert server.store.count("/queue/rcpt")[0] == i + 1
 
 
 def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(start_server):
@@ -71,7 +71,7 @@ def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(s
     )
     bodies = [f"{i:04d}" + "x" * 96 for i in range(100)]  # 100 B each: 5 fit in memory
     fill(server.port, "/queue/deep", bodies, **PERSISTENT)
-    queue = server.broker.queues["/queue/deep"]
+    queue = server.core.destinations.queues["/queue/deep"]
     assert len(queue.cache) == 5 and queue.backlog_after is not None
     _, _, messages = _drain(server.port, "/queue/deep", 100)
     assert [m.body for m in messages] == bodies
@@ -135,8 +135,7 @@ def test_unsubscribing_a_durable_subscription_removes_it_and_its_backlog(server)
     connection.subscribe("/topic/drop", id="2", headers={**durable, "receipt": "s2"})
     assert recorder.wait_until(lambda: "s2" in recorder.receipts)
     assert not recorder.wait_until(lambda: recorder.messages, timeout=0.5)
-    topics = server.broker.persistence.topics
-    assert topics.count("/topic/drop") == 0
+    assert server.store.count("/topic/drop")[0] == 0
 
 
 def test_a_durable_subscription_cannot_be_active_twice(server):
@@ -162,7 +161,7 @@ def test_packing_gives_back_the_space_of_acknowledged_messages(start_server, tmp
         full = path.stat().st_size
         _drain(server.port, "/queue/pack", 100)
         deadline = time.monotonic() + 10  # for both waits together
-        until(lambda: not server.broker.persistence.queues.count("/queue/pack"), 10, every=0.05)
+        until(lambda: not server.store.count("/queue/pack")[0], 10, every=0.05)
         seen = len(packed)
         until(lambda: len(packed) >= seen + 2, deadline - time.monotonic(), every=0.05)
     finally:

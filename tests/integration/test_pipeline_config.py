@@ -22,8 +22,9 @@ def _config(p2p: list[str], pubsub: list[str]) -> str:
     )
 
 
-RECORDER = "tests.integration.plugins:RecordingModule"
-DEFAULT = ["transaction", "prioqueue", "storage", "distributing"]
+PLUGINS = "tests.integration.plugins"
+RECORDER = f"{PLUGINS}:RecordingModule"
+DEFAULT = ["admission", "transaction", "prioqueue", "storage", "distributing"]
 
 
 def _exchange(server, destination: str, count: int) -> list[str]:
@@ -39,7 +40,9 @@ def _exchange(server, destination: str, count: int) -> list[str]:
 def test_a_plugged_in_module_sees_every_message(start_server):
     plugins.SEEN.clear()
     server = start_server(
-        _config(["transaction", RECORDER, "prioqueue", "storage", "distributing"], DEFAULT)
+        _config(
+            ["admission", "transaction", RECORDER, "prioqueue", "storage", "distributing"], DEFAULT
+        )
     )
     assert _exchange(server, "/queue/plugged", 25) == [f"m{i}" for i in range(25)]
     assert plugins.SEEN["p2p"] == [f"m{i}" for i in range(25)]
@@ -47,9 +50,9 @@ def test_a_plugged_in_module_sees_every_message(start_server):
 
 
 def test_removing_the_thread_buffer_module_keeps_everything_working(start_server):
-    lean = ["transaction", "storage", "distributing"]
+    lean = ["admission", "transaction", "storage", "distributing"]
     server = start_server(_config(lean, lean))
-    for chain in server.broker.chains.values():
+    for chain in server.core.pipelines.chains.values():
         assert chain.module(PrioQueueModule) is None
     assert _exchange(server, "/queue/lean", 30) == [f"m{i}" for i in range(30)]
     assert _exchange(server, "/topic/lean", 30) == [f"m{i}" for i in range(30)]
@@ -58,11 +61,12 @@ def test_removing_the_thread_buffer_module_keeps_everything_working(start_server
 @pytest.mark.parametrize(
     ("p2p", "problem"),
     [
-        (["transaction", "storage"], "needs the 'distributing' module"),
-        (["distributing", "storage"], "'storage' must precede 'distributing'"),
-        (["storage", "transaction", "distributing"], "'transaction' must come first"),
-        (["storage", "shredder", "distributing"], "unknown module 'shredder'"),
-        (["storage", "tests.integration.plugins:SEEN", "distributing"], "not a PipelineModule"),
+        (["admission", "transaction", "storage"], "needs the 'distributing' module"),
+        (["admission", "distributing", "storage"], "'storage' must precede 'distributing'"),
+        (["storage", "admission", "distributing"], "'admission' must come first"),
+        (["admission", "storage", "transaction", "distributing"], "'transaction' must precede"),
+        (["admission", "storage", "shredder", "distributing"], "unknown module 'shredder'"),
+        (["admission", "storage", f"{PLUGINS}:SEEN", "distributing"], "not a PipelineModule"),
     ],
 )
 def test_a_broken_pipeline_is_refused_with_the_file_and_line(start_server, p2p, problem):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tests.integration.clients import TIMEOUT, RawClient
 from tests.reliability.ledger import Delivery, Key, Ledger
-from wiremq.modules.stomp.codec import encode_frame
+from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame
 
 QUEUE = "/queue/kill9"

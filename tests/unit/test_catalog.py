@@ -5,11 +5,12 @@ import pytest
 from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
-from wiremq.config.xmlconfig import ConfigError, ModuleSpec
-from wiremq.modules.broker import Broker
+from wiremq.config.xmlconfig import ConfigError, ModuleSpec, default_pipelines
+from wiremq.modules.admission import AdmissionModule
 from wiremq.modules.catalog import build_chain
+from wiremq.modules.core import Core
 from wiremq.modules.distributing import DistributingModule
-from wiremq.modules.pipeline import ModuleContext, PipelineModule, Terminal
+from wiremq.modules.pipeline import PipelineModule, Terminal
 from wiremq.modules.prioqueue import PrioQueueModule
 from wiremq.modules.storage import StorageModule
 from wiremq.modules.transaction import TransactionModule
@@ -18,8 +19,8 @@ from wiremq.modules.transaction import TransactionModule
 class RecordingModule(PipelineModule):
     """A plug-in module, loaded by class path from this test module."""
 
-    def handle(self, message):
-        self.downstream.handle(message)
+    def handle(self, batch):
+        self.downstream.handle(batch)
 
 
 class NotAModule:
@@ -27,10 +28,13 @@ class NotAModule:
 
 
 @pytest.fixture
-def context():
-    settings = Settings(REGISTRY)
-    context = ModuleContext(Broker(settings, FakeRuntime()), settings, "p2p")
-    return lambda: context
+def core():
+    return Core(Settings(REGISTRY), FakeRuntime(), None, default_pipelines())
+
+
+@pytest.fixture
+def context(core):
+    return lambda: core.module_context("p2p")
 
 
 def specs(*references: str) -> list[ModuleSpec]:
@@ -43,45 +47,61 @@ def specs(*references: str) -> list[ModuleSpec]:
 
 def test_default_chain_is_built_and_linked_in_order(context):
     chain = build_chain(
-        "p2p", specs("transaction", "prioqueue", "storage", "distributing"), context
+        "p2p",
+        specs("admission", "transaction", "prioqueue", "storage", "distributing"),
+        context,
     )
-    kinds = [TransactionModule, PrioQueueModule, StorageModule, DistributingModule]
+    kinds = [
+        AdmissionModule,
+        TransactionModule,
+        PrioQueueModule,
+        StorageModule,
+        DistributingModule,
+    ]
     assert [type(m) for m in chain.modules] == kinds
     assert chain.head is chain.modules[0]
     for module, following in zip(chain.modules, chain.modules[1:], strict=False):
         assert module.downstream is following
     assert isinstance(chain.modules[-1].downstream, Terminal)
-    assert chain.module(StorageModule) is chain.modules[2]
+    assert chain.module(StorageModule) is chain.modules[3]
 
 
-def test_transaction_module_enables_transactions_for_its_domain(context):
-    build_chain("p2p", specs("transaction", "storage", "distributing"), context)
-    assert context().broker.transactions.domains == {"p2p"}
+def test_transaction_module_enables_transactions_for_its_domain():
+    core = Core(Settings(REGISTRY), FakeRuntime(), None, default_pipelines())
+    assert set(core.transactions.modules) == {"p2p", "pubsub"}
+    lean = specs("admission", "storage", "distributing")
+    other = Core(Settings(REGISTRY), FakeRuntime(), None, {"p2p": lean, "pubsub": lean})
+    assert other.transactions.modules == {}
 
 
 def test_plug_in_class_path_loads_a_pipeline_module(context):
-    chain = build_chain(
-        "p2p", specs("storage", f"{__name__}:RecordingModule", "distributing"), context
-    )
+    references = ("admission", "storage", f"{__name__}:RecordingModule", "distributing")
+    chain = build_chain("p2p", specs(*references), context)
     assert [type(m) for m in chain.modules] == [
+        AdmissionModule,
         StorageModule,
         RecordingModule,
         DistributingModule,
     ]
 
 
+A = "admission"
+
+
 @pytest.mark.parametrize(
     ("references", "where", "fragment"),
     [
-        (("storage", "stroage", "distributing"), 11, "unknown module 'stroage'; built-in modules"),
-        (("storage", f"{__name__}:NotAModule", "distributing"), 11, "not a PipelineModule"),
-        (("storage", "os.path:join", "distributing"), 11, "not a PipelineModule"),
-        (("storage", f"{__name__}:Missing", "distributing"), 11, "cannot load module class"),
-        (("storage", "no_such_package_xyz:Cls", "distributing"), 11, "cannot load module class"),
-        (("prioqueue", "distributing"), 10, "needs the 'storage' module"),
-        (("storage",), 10, "needs the 'distributing' module"),
-        (("distributing", "storage"), 10, "'storage' must precede 'distributing'"),
-        (("storage", "transaction", "distributing"), 10, "'transaction' must come first"),
+        ((A, "storage", "stroage", "distributing"), 12, "unknown module 'stroage'; built-in"),
+        ((A, "storage", f"{__name__}:NotAModule", "distributing"), 12, "not a PipelineModule"),
+        ((A, "storage", "os.path:join", "distributing"), 12, "not a PipelineModule"),
+        ((A, "storage", f"{__name__}:Missing", "distributing"), 12, "cannot load module class"),
+        ((A, "storage", "no_such_package_xyz:Cls", "distributing"), 12, "cannot load module"),
+        ((A, "prioqueue", "distributing"), 10, "needs the 'storage' module"),
+        ((A, "storage"), 10, "needs the 'distributing' module"),
+        (("storage", "distributing"), 10, "needs the 'admission' module"),
+        (("storage", A, "distributing"), 10, "'admission' must come first"),
+        ((A, "distributing", "storage"), 10, "'storage' must precede 'distributing'"),
+        ((A, "storage", "transaction", "distributing"), 10, "'transaction' must precede"),
     ],
     ids=[
         "unknown-name",
@@ -91,8 +111,10 @@ def test_plug_in_class_path_loads_a_pipeline_module(context):
         "missing-module",
         "no-storage",
         "no-distributing",
+        "no-admission",
+        "admission-not-first",
         "wrong-order",
-        "transaction-not-first",
+        "transaction-after-storage",
     ],
 )
 def test_bad_module_list_is_refused(context, references, where, fragment):
@@ -104,19 +126,19 @@ def test_bad_module_list_is_refused(context, references, where, fragment):
 
 
 def test_empty_module_list_names_the_pipeline(context):
-    with pytest.raises(ConfigError, match="the pubsub pipeline needs the 'storage' module"):
+    with pytest.raises(ConfigError, match="the pubsub pipeline needs the 'admission' module"):
         build_chain("pubsub", [], context)
 
 
 def test_abstract_plug_in_class_is_refused_naming_the_line(context):
-    references = ("storage", "wiremq.modules.pipeline:PipelineModule", "distributing")
-    with pytest.raises(ConfigError, match="^config.xml:11: "):
+    references = (A, "storage", "wiremq.modules.pipeline:PipelineModule", "distributing")
+    with pytest.raises(ConfigError, match="^config.xml:12: "):
         build_chain("p2p", specs(*references), context)
 
 
-@pytest.mark.parametrize("twice", ["storage", "distributing", "transaction"])
+@pytest.mark.parametrize("twice", ["admission", "storage", "distributing", "transaction"])
 def test_built_in_module_listed_twice_is_refused(context, twice):
-    references = ["transaction", "storage", "distributing"]
+    references = [A, "transaction", "storage", "distributing"]
     references.insert(references.index(twice) + 1, twice)
     with pytest.raises(ConfigError, match="^config.xml:"):
         build_chain("p2p", specs(*references), context)

@@ -2,13 +2,9 @@
 
 import pytest
 
-from wiremq.modules.stomp.codec import (
-    DecoderLimits,
-    FrameDecoder,
-    encode_frame,
-    escape,
-    unescape,
-)
+from tests.defaults import LIMITS
+from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape, unescape
+from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 
@@ -21,7 +17,7 @@ def decode(
 def decode_pieces(
     pieces: list[bytes], version: str | None = "1.0", limits: DecoderLimits | None = None
 ) -> list[Frame]:
-    decoder = FrameDecoder(limits)
+    decoder = FrameDecoder(limits or LIMITS)
     decoder.version = version
     frames = []
     for piece in pieces:
@@ -32,7 +28,7 @@ def decode_pieces(
 
 def refusal(data: bytes, version: str | None = "1.0", limits: DecoderLimits | None = None):
     """The error decoding ``data`` ends in (raised by the next feed if frames came first)."""
-    decoder = FrameDecoder(limits)
+    decoder = FrameDecoder(limits or LIMITS)
     decoder.version = version
     with pytest.raises(ProtocolError) as caught:
         decoder.feed(data)
@@ -76,7 +72,7 @@ def test_one_byte_at_a_time():
 
 
 def test_feed_returns_only_completed_frames():
-    decoder = FrameDecoder()
+    decoder = FrameDecoder(LIMITS)
     assert decoder.feed(b"SEND\ncontent-length:3\n\nab") == []
     assert decoder.buffered > 0
     assert decoder.feed(b"c\0SEND\n") == [Frame("SEND", {"content-length": "3"}, b"abc")]
@@ -90,7 +86,7 @@ def test_heart_beats_alone_yield_nothing(eols):
 
 
 def test_frames_before_an_error_are_returned_and_the_error_poisons_the_decoder():
-    decoder = FrameDecoder()
+    decoder = FrameDecoder(LIMITS)
     decoder.version = "1.2"
     assert decoder.feed(b"SEND\n\nok\0SEND\ncontent-length:x\n\n\0") == [Frame("SEND", {}, b"ok")]
     error = decoder.error
@@ -140,7 +136,7 @@ def test_frames_before_negotiation_are_not_unescaped(command):
 
 
 def test_before_negotiation_decoder_stops_after_each_frame():
-    decoder = FrameDecoder()
+    decoder = FrameDecoder(LIMITS)
     connect = b"CONNECT\naccept-version:1.2\n\n\0"
     send = b"SEND\ndestination:/queue/a\\cb\n\n\0"
     assert decoder.feed(connect + send) == [Frame("CONNECT", {"accept-version": "1.2"})]

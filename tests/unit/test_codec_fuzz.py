@@ -3,7 +3,9 @@
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, encode_frame, escape
+from tests.defaults import LIMITS
+from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape
+from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -70,7 +72,7 @@ def streams(draw, styles: list[str]) -> tuple[str, list[bytes], list[Frame]]:
 
 
 def decode_all(version: str, pieces: list[bytes]) -> list[Frame]:
-    decoder = FrameDecoder()
+    decoder = FrameDecoder(LIMITS)
     decoder.version = version
     decoded = []
     for piece in pieces:
@@ -134,7 +136,7 @@ STOMPISH = st.sampled_from(
     ),
 )
 def test_arbitrary_bytes_raise_nothing_but_protocol_error(data, cuts, version, limits):
-    decoder = FrameDecoder(limits)
+    decoder = FrameDecoder(limits or LIMITS)
     decoder.version = version
     try:
         for piece in chunked(data, cuts):

@@ -125,6 +125,7 @@ def test_no_file_means_defaults():
     config = load_config(None)
     assert config.settings.get("StompListener", "port") == 61613
     assert [m.reference for m in config.pipelines["p2p"]] == [
+        "admission",
         "transaction",
         "prioqueue",
         "storage",
@@ -154,7 +155,7 @@ def test_valid_file(tmp_path):
         ModuleSpec("my.plugins:Audit", True, f"{path}:7"),
         ModuleSpec("distributing", False, f"{path}:8"),
     ]
-    assert len(config.pipelines["p2p"]) == 4  # not listed: the default chain
+    assert len(config.pipelines["p2p"]) == 5  # not listed: the default chain
 
 
 @pytest.mark.parametrize(

@@ -17,28 +17,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
+from tests.defaults import LIMITS
 from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.registry import Value
 from wiremq.config.settings import Settings
-from wiremq.config.xmlconfig import DOMAINS, default_pipelines
-from wiremq.modules.broker import Broker
-from wiremq.modules.catalog import build_chain
-from wiremq.modules.client import ClientConnection
-from wiremq.modules.destinations import Queue, Topic
+from wiremq.config.xmlconfig import default_pipelines
+from wiremq.modules.core import Core
 from wiremq.modules.egress import Egress, Outbox
-from wiremq.modules.flow.egress_queues import DEFAULT_LIMITS, EgressQueue, Entry, QueueLimits
-from wiremq.modules.persistence import Persistence
-from wiremq.modules.pipeline import P2P, ModuleContext
+from wiremq.modules.flow.egress_queues import EgressQueue, Entry, QueueLimits
+from wiremq.modules.pipeline import P2P
 from wiremq.modules.prioqueue import PrioQueueModule
-from wiremq.modules.stomp.codec import FrameDecoder, encode_frame
+from wiremq.modules.queue import Queue
+from wiremq.modules.stomp.codec import FrameDecoder
+from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame
-from wiremq.modules.stomp.session import SessionSettings
-from wiremq.stores.persqueue import PersQueueStore
-from wiremq.stores.storage import open_database
-from wiremq.stores.topicstore import TopicStore
+from wiremq.modules.topic import Topic
+from wiremq.server.stores import open_store
 
-NO_HEARTBEATS = SessionSettings(heartbeat_send_ms=0, heartbeat_receive_ms=0)
+NO_HEARTBEATS = {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
 PERSISTENT = {"persistent": "true"}
 
 
@@ -69,7 +67,7 @@ class FakeWriter:
         self.frames: list[Frame] = []
         self.discards: list[int] = []  # per frame written: the discard indication it carried
         self.closed = False
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(LIMITS)
         self._decoder.version = "1.2"
         egress.writer = self
 
@@ -102,26 +100,18 @@ class Net:
         destinations: dict[str, dict[str, Value]],
         persistence_path: Path | None,
     ) -> None:
-        self.settings = Settings(REGISTRY, values)
+        self.settings = Settings(REGISTRY, {**NO_HEARTBEATS, **values})
         for name, params in destinations.items():
             for param, value in params.items():
                 self.settings.set_for_destination(name, param, value)
         self.runtime = FakeRuntime()
         self.outbox = Outbox()
-        self.db = None
-        persistence = None
+        store = None
         if persistence_path is not None:
-            self.db = open_database(persistence_path.as_uri())
-            persistence = Persistence(
-                PersQueueStore(self.db), TopicStore(self.db), self.runtime, self.settings
-            )
-        self.broker = Broker(self.settings, self.runtime, persistence)
-        for domain in DOMAINS:
-            self.broker.chains[domain] = build_chain(
-                domain,
-                default_pipelines()[domain],
-                lambda domain=domain: ModuleContext(self.broker, self.settings, domain),
-            )
+            self.settings.set("Server.datadir", str(persistence_path))
+            store = open_store(self.settings)
+        self.core = Core(self.settings, self.runtime, store, default_pipelines())
+        self.core.restore()
         self.peers: list[Peer] = []
         self.workers_held = False  # a slow store: commits wait until released
 
@@ -148,16 +138,14 @@ class Net:
         raise AssertionError("the broker never settled")
 
     def queue(self, name: str) -> Queue:
-        return self.broker.queues[name]
+        return self.core.destinations.queues[name]
 
     def topic(self, name: str) -> Topic:
-        return self.broker.topics[name]
+        return self.core.destinations.topics[name]
 
     def close(self) -> None:
-        if self.broker.persistence is not None:
-            self.broker.persistence.close()
-        if self.db is not None:
-            self.db.close()
+        if self.core.store is not None:
+            self.core.store.close()
 
 
 class Peer:
@@ -168,16 +156,13 @@ class Peer:
         net: Net,
         name: str,
         limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
-        session: SessionSettings = NO_HEARTBEATS,
         heart_beat: str = "0,0",
     ) -> None:
         self.net = net
         self.reader = FakeReader()
         self.egress = Egress(net.outbox, limits)
         self.writer = FakeWriter(self.egress)
-        self.connection = ClientConnection(
-            net.broker, self.egress, net.clock, name, session, self.reader
-        )
+        self.connection = net.core.connect(self.egress, name, self.reader, net.clock())
         self.input: deque[bytes] = deque()
         net.peers.append(self)
         self.feed(frame("CONNECT", {"accept-version": "1.2", "heart-beat": heart_beat}))
@@ -188,7 +173,7 @@ class Peer:
         """Hand the server one chunk of input, if it is reading this client."""
         if not self.input or not self.reader.reading or self.connection.session.closed:
             return False
-        self.connection.session.data_received(self.input.popleft())
+        self.connection.data_received(self.input.popleft(), self.net.clock())
         return True
 
     def feed(self, *chunks: bytes) -> None:
@@ -252,7 +237,7 @@ def make_net(tmp_path: Path) -> Iterator[Callable[..., Net]]:
 
 
 def _volatile_count(net: Net, name: str) -> int:
-    return net.broker.vol_store.count(name)
+    return net.core.volatile.count(name)
 
 
 # -- watermarks that stop producers ---------------------------------------------------------
@@ -272,7 +257,7 @@ def test_a_global_watermark_stops_every_queue_producer_until_its_low_watermark(m
     b.send("/queue/b", "b0")
     assert a.reader.calls == b.reader.calls == []
     b.send("/queue/b", "b1")  # the sixth message in the VolQueueStore
-    assert net.broker.vol_watermark.tripped
+    assert net.core.flow.volatile.tripped
     assert a.reader.calls == ["pause"] and b.reader.calls == ["pause"]
     b.send("/queue/b", "held")  # the server does not read it
     assert _volatile_count(net, "/queue/b") == 2 and list(b.input)
@@ -287,7 +272,7 @@ def test_a_global_watermark_stops_every_queue_producer_until_its_low_watermark(m
     assert consumer.bodies() == ["a0", "a1", "a2"]
     assert a.reader.calls == ["pause", "resume"] and b.reader.calls == ["pause", "resume"]
     assert not b.input and _volatile_count(net, "/queue/b") == 3, "the held SEND was read"
-    assert net.broker.vol_watermark.trips == 1
+    assert net.core.flow.volatile.trips == 1
 
 
 def test_a_destination_watermark_stops_only_that_destinations_producers(make_net):
@@ -306,7 +291,7 @@ def test_a_destination_watermark_stops_only_that_destinations_producers(make_net
     assert _volatile_count(net, "/queue/a") == 4
     other = Peer(net, "other")
     other.send("/queue/b", "b1")  # /queue/b holds 2: below its high watermark
-    assert other.reader.calls == [] and not net.broker.vol_watermark.tripped
+    assert other.reader.calls == [] and not net.core.flow.volatile.tripped
 
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/a")
@@ -333,7 +318,7 @@ def test_a_producer_stopped_by_two_watermarks_resumes_only_when_both_have_cleare
     drain_a = Peer(net, "drain-a")
     drain_a.subscribe("/queue/a", ack="client-individual", consumerQueueEntriesSize="2")
     assert not net.queue("/queue/a").own_volatile.tripped  # 1 left: cleared
-    assert net.broker.vol_watermark.tripped  # 4 in all: not yet at 2
+    assert net.core.flow.volatile.tripped  # 4 in all: not yet at 2
     assert a.reader.calls == ["pause"]
     drain_b = Peer(net, "drain-b")
     drain_b.subscribe("/queue/b")
@@ -351,7 +336,7 @@ def test_a_stopped_producer_that_goes_away_is_forgotten(make_net):
     assert watermark.stopped == {gone.connection}
     gone.connection.connection_lost()
     assert watermark.stopped == set()
-    assert gone.connection not in net.broker.producers[P2P]
+    assert gone.connection not in net.core.flow.producers[P2P]
     Peer(net, "consumer").subscribe("/queue/g")
     assert gone.reader.calls == ["pause"], "a closed connection is not resumed"
 
@@ -443,17 +428,17 @@ def test_the_server_wide_delivered_unacknowledged_limit(make_net, values, count)
     consumers[0].subscribe("/queue/u1", ack="client-individual")
     consumers[1].subscribe("/queue/u2", ack="client-individual")
     delivered = sum(len(c.messages) for c in consumers)
-    assert delivered == count and net.broker.delivered_unacked == count
+    assert delivered == count and net.core.unacked.count == count
     acked = [0, 0]
     while acked != [5, 5]:
         i = next(i for i in (0, 1) if acked[i] < len(consumers[i].messages))
         consumers[i].ack(consumers[i].messages[acked[i]])
         acked[i] += 1
-        assert net.broker.delivered_unacked <= count
+        assert net.core.unacked.count <= count
     assert sorted(b for c in consumers for b in c.bodies()) == sorted(
         f"{q}-{i}" for q in ("u1", "u2") for i in range(5)
     )
-    assert net.broker.delivered_unacked == 0
+    assert net.core.unacked.count == 0
 
 
 # -- the topic live buffer and slow-subscriber policies -------------------------------------
@@ -541,13 +526,13 @@ def test_disconnect_drops_the_slow_subscriber_with_an_error_and_others_go_on(mak
     publisher = Peer(net, "publisher")
     for i in range(3):
         publisher.send("/topic/d", f"m{i}")
-    assert net.broker.slow_disconnects == 0, "one message behind: below the watermark"
+    assert net.core.flow.slow_disconnects == 0, "one message behind: below the watermark"
     for i in range(3, 8):
         publisher.send("/topic/d", f"m{i}")
     assert slow.bodies() == ["m0", "m1"]
     assert slow.writer.frames[-1].command == "ERROR"
     assert slow.writer.frames[-1].headers["message"] == "slow subscriber"
-    assert slow.writer.closed and net.broker.slow_disconnects == 1
+    assert slow.writer.closed and net.core.flow.slow_disconnects == 1
     topic = net.topic("/topic/d")
     assert [s.client for s in topic.consumers] == [fast.connection]
     assert fast.bodies() == [f"m{i}" for i in range(8)]
@@ -563,7 +548,7 @@ def test_nothing_follows_the_error_of_a_disconnected_slow_subscriber(make_net):
     slow.subscribe("/topic/d", ack="client-individual", consumerQueueEntriesSize="2")
     publisher = Peer(net, "publisher")
     publisher.feed(b"".join(send_frame("/topic/d", f"m{i}") for i in range(6)))  # one read
-    assert net.broker.slow_disconnects == 1 and slow.writer.closed
+    assert net.core.flow.slow_disconnects == 1 and slow.writer.closed
     assert slow.writer.frames[-1].command == "ERROR", [f.command for f in slow.writer.frames]
 
 
@@ -576,12 +561,12 @@ def test_disconnect_spares_a_subscriber_that_keeps_up_while_another_topic_fills_
     other = Peer(net, "other")
     for i in range(4):
         other.send("/topic/b", f"b{i}")
-    assert net.broker.tlb_watermark.tripped
+    assert net.core.flow.live.tripped
     keeper = Peer(net, "keeper")  # its TCP window is open: it reads everything at once
     keeper.subscribe("/topic/d", consumerQueueEntriesSize="2")
     publisher = Peer(net, "publisher")
     publisher.feed(b"".join(send_frame("/topic/d", f"m{i}") for i in range(5)))  # one read
-    assert keeper.errors == [] and net.broker.slow_disconnects == 0
+    assert keeper.errors == [] and net.core.flow.slow_disconnects == 0
     assert keeper.bodies() == [f"m{i}" for i in range(5)]
 
 
@@ -607,7 +592,7 @@ def test_a_discard_oldest_subscriber_never_exceeds_its_window_or_the_unacked_lim
         publisher.send("/topic/x", f"m{i}")
     subscription = subscriber.connection.subscriptions["1"]
     assert len(subscription.unacked) <= 3
-    assert net.broker.delivered_unacked <= 5
+    assert net.core.unacked.count <= 5
 
 
 # -- the thread/buffer module ---------------------------------------------------------------
@@ -629,7 +614,9 @@ def test_a_full_thread_buffer_stops_its_producers_until_it_has_handed_its_batch_
     consumer.subscribe(destination)
     producer = Peer(net, "producer")
     producer.feed(b"".join(send_frame(destination, f"{i}" * 60) for i in range(5)))  # one read
-    module = net.broker.chains[net.broker.destination(destination).domain].module(PrioQueueModule)
+    module = net.core.pipelines.chains[net.core.destinations.resolve(destination).domain].module(
+        PrioQueueModule
+    )
     assert module.watermark.trips == 1
     assert producer.reader.calls == ["pause", "resume"]
     assert consumer.bodies() == [f"{i}" * 60 for i in range(5)]
@@ -684,7 +671,7 @@ def test_a_persistent_store_watermark_blocks_its_producer_until_drained(make_net
     for i in range(3):
         producer.send("/queue/p", str(i), {**PERSISTENT, "receipt": f"r{i}"})
     assert _receipts(producer) == ["r0", "r1"] and producer.reader.calls == ["pause"]
-    assert net.broker.persistence.queues.count("/queue/p") == 2
+    assert net.core.store.count("/queue/p")[0] == 2
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/p")
     assert producer.reader.calls == ["pause", "resume"]
@@ -704,7 +691,7 @@ def test_a_store_watermark_counts_messages_waiting_for_their_commit(make_net):
     net.workers_held = False
     net.settle()
     assert producer.reader.calls == ["pause"]
-    assert net.broker.persistence.queues.count("/queue/lagging") <= 3
+    assert net.core.store.count("/queue/lagging")[0] <= 3
 
 
 def test_a_topic_store_watermark_stops_publishers_until_durable_subscribers_acknowledge(
@@ -719,8 +706,7 @@ def test_a_topic_store_watermark_stops_publishers_until_durable_subscribers_ackn
     publisher = Peer(net, "publisher")
     for i in range(4):
         publisher.send("/topic/kept", str(i), {**PERSISTENT, "receipt": f"r{i}"})
-    topics = net.broker.persistence.topics
-    assert topics.count("/topic/kept") == 3 and publisher.reader.calls == ["pause"]
+    assert net.core.store.count("/topic/kept")[0] == 3 and publisher.reader.calls == ["pause"]
     assert _receipts(publisher) == ["r0", "r1", "r2"]
     durable.ack(durable.messages[-1])  # cumulative: all three
     assert publisher.reader.calls == ["pause", "resume"]
@@ -759,24 +745,27 @@ def test_a_spool_quota_holds_for_sends_pipelined_in_one_read(make_net, values, d
             for i in range(4)
         )
     )
-    assert net.broker.persistence.queues.total_bytes() <= 150
+    assert net.core.store.totals("/queue/")[1] <= 150
     (error,) = producer.errors
     assert error.headers["message"] == "message not accepted"
 
 
 def test_a_producer_stopped_by_a_watermark_is_not_timed_out_for_its_silence(make_net):
     net = make_net(
-        {"VolQueueStoreImpl.msghighwatermark": 1, "VolQueueStoreImpl.msglowwatermark": 0}
+        {
+            "VolQueueStoreImpl.msghighwatermark": 1,
+            "VolQueueStoreImpl.msglowwatermark": 0,
+            "StompListener.heartbeatreceive": 1000,
+        }
     )
-    session = SessionSettings(heartbeat_send_ms=0, heartbeat_receive_ms=1000, heartbeat_grace=2)
-    producer = Peer(net, "producer", session=session, heart_beat="1000,0")
+    producer = Peer(net, "producer", heart_beat="1000,0")
     producer.send("/queue/hb", "1")
     producer.send("/queue/hb", "2")  # waits: the producer is stopped
     assert producer.reader.calls == ["pause"]
     net.runtime.advance(10)  # the client's heart-beats wait in the socket meanwhile
-    producer.connection.session.check_heartbeats()
+    producer.connection.tick(net.clock())
     net.settle()
-    assert producer.errors == [] and not producer.connection.session.disconnecting
+    assert producer.errors == [] and producer.connection.session.reading
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/hb")
     assert consumer.bodies() == ["1", "2"]
@@ -795,7 +784,7 @@ def test_flow_state_shows_tripped_watermarks_stopped_producers_and_ready_consume
     consumer, other = Peer(net, "consumer"), Peer(net, "other")
     other.send("/queue/busy", "a")  # below /queue/busy's own watermark
     consumer.subscribe("/queue/busy", ack="client-individual", consumerQueueEntriesSize="1")
-    state = net.broker.flow_state()
+    state = net.core.flow_state()
     clients = {c["peer"]: c for c in state["clients"]}
     assert clients["producer"]["reading"] is False
     assert clients["producer"]["stopped_by"] == ["<Watermark VolQueueStore /queue/full>"]

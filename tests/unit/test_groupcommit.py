@@ -29,8 +29,7 @@ def make(max_items=5, max_bytes=1000, max_delay=0.005):
     log = Log()
     group = GroupCommit(
         runtime,
-        worker,
-        log.commit,
+        lambda batch, done, failed: worker.submit(lambda: log.commit(batch), done, failed),
         lambda batch, result: log.committed.append(batch),
         lambda batch, error: log.failed.append(batch),
         size=lambda item: item,

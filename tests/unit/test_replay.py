@@ -1,79 +1,150 @@
-"""Durable replays: in order, in batches, never more at once than maxthreads."""
+"""Durable replays: in order, in batches, never more at once than maxthreads, and never
+losing or repeating a message committed while a replay reads."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.defaults import decoder, egress
 from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
-from wiremq.modules.broker import Broker
-from wiremq.modules.egress import Egress, Outbox
-from wiremq.modules.persistence import Persistence
-from wiremq.modules.stomp.codec import FrameDecoder
+from wiremq.config.xmlconfig import default_pipelines
+from wiremq.modules.core import Core
+from wiremq.modules.egress import Egress
+from wiremq.modules.message import Message
 from wiremq.modules.subscription import Subscription
-from wiremq.stores.persqueue import PersQueueStore
+from wiremq.server.stores import open_store
+from wiremq.stores.api import StoreTransaction
 from wiremq.stores.records import StoredMessage
-from wiremq.stores.storage import open_database
-from wiremq.stores.topicstore import TopicStore
+
+TOPIC = "/topic/t"
 
 
 @pytest.fixture
-def broker(tmp_path):
+def core(tmp_path):
     settings = Settings(
         REGISTRY,
         {
             "DurableTopicSubscriberThreadPool.maxthreads": 1,
             "TopicFileStore.replaymsgamount": 10,
+            "Server.datadir": str(tmp_path),
         },
     )
-    runtime = FakeRuntime()
-    db = open_database((tmp_path / "Data.fs").as_uri())
-    persistence = Persistence(PersQueueStore(db), TopicStore(db), runtime, settings)
-    yield Broker(settings, runtime, persistence)
-    persistence.close()
-    db.close()
+    store = open_store(settings)
+    yield Core(settings, FakeRuntime(), store, default_pipelines())
+    store.close()
 
 
-def _bodies(egress: Egress) -> list[bytes]:
-    decoder = FrameDecoder()
-    decoder.version = "1.2"
-    return [frame.body for frame in decoder.feed(b"".join(egress.take()))]
+def _bodies(out: Egress) -> list[bytes]:
+    return [frame.body for frame in decoder().feed(b"".join(out.take()))]
 
 
-def test_replays_deliver_each_backlog_in_order_one_replay_at_a_time(broker):
-    runtime = broker.runtime
-    persistence = broker.persistence
-    topic = broker.destination("/topic/t")
-    names = ["a", "b", "c"]
-    for name in names:  # the subscriptions exist, their subscribers are away
-        persistence.topics.subscribe("client", name, "/topic/t")
-    persistence.load_durable_subscriptions()
-    persistence.topics.append(
-        [StoredMessage(f"m{i}", "/topic/t", (), f"{i}".encode()) for i in range(35)]
+def _subscribe(core: Core, names: list[str]) -> None:
+    """Durable subscriptions whose subscribers are away."""
+    core.store.commit(
+        [StoreTransaction(subscribes=tuple((("client", n), TOPIC, "") for n in names))]
     )
-    egresses = {}
-    for number, name in enumerate(names, start=1):
-        egress = Egress(Outbox())
-        egresses[name] = egress
-        subscription = Subscription(name, number, topic, "auto", egress, "1.2", ("client", name))
-        topic.subscribe(subscription)
+    core.persistence.load_durable_subscriptions()
+
+
+def _attach(core: Core, name: str, number: int) -> Egress:
+    """The subscriber of ``name`` comes back; its replay starts."""
+    topic = core.destinations.resolve(TOPIC)
+    out = egress()
+    subscription = Subscription(name, number, topic, "auto", out, "1.2", ("client", name))
+    topic.subscribe(subscription)
+    [info] = [s for s in core.store.subscriptions() if s.name == name]
+    topic.registered(subscription, info)
+    return out
+
+
+def _publish(core: Core, bodies: list[str]) -> None:
+    """Persistent messages down the pubsub pipeline, as clients send them."""
+    batch = [
+        Message(f"m-{body}", TOPIC, {"destination": TOPIC, "persistent": "true"}, body.encode())
+        for body in bodies
+    ]
+    core.pipelines.submit("pubsub", batch)
+    core.runtime.run_soon()
+    core.runtime.advance(0)  # the small processing buffer's batch closes
+    core.runtime.run_soon()
+
+
+def _run(core: Core, worker: str) -> None:
+    core.runtime.worker(worker).run()
+    core.runtime.run_soon()
+
+
+def test_replays_deliver_each_backlog_in_order_one_replay_at_a_time(core):
+    runtime = core.runtime
+    names = ["a", "b", "c"]
+    _subscribe(core, names)
+    core.store.commit(
+        [
+            StoreTransaction(
+                appends=tuple(StoredMessage(f"m{i}", TOPIC, (), b"%d" % i) for i in range(35))
+            )
+        ]
+    )
+    outs = {name: _attach(core, name, number) for number, name in enumerate(names, start=1)}
     most_at_once = 0
-    worker = runtime.worker("topics")
     bodies: dict[str, list[bytes]] = {name: [] for name in names}
+    replays = core.replays
     for _ in range(200):
-        most_at_once = max(most_at_once, len(broker.replays.active))
-        worker.run()
+        most_at_once = max(most_at_once, len(replays.active))
+        _run(core, "store")
         for name in names:  # the clients read what was delivered
-            bodies[name] += _bodies(egresses[name])
+            bodies[name] += _bodies(outs[name])
         runtime.advance(0.02)
-        if not broker.replays.active and not broker.replays.waiting and not worker.calls:
+        if not replays.active and not replays.waiting and not runtime.workers["store"].calls:
             break
     assert most_at_once == 1
     for name in names:
-        assert bodies[name] == [f"{i}".encode() for i in range(35)]
+        assert bodies[name] == [b"%d" % i for i in range(35)]
+    topic = core.destinations.topics[TOPIC]
     assert all(not s.replaying for s in topic.consumers)
-    worker.run()  # the positions acknowledged in auto mode reach the store
-    runtime.run_soon()
-    worker.run()
-    assert [persistence.topics.subscription("client", n).acked_seq for n in names] == [35] * 3
+    for _ in range(3):  # the positions acknowledged in auto mode reach the store
+        runtime.advance(0.05)
+        _run(core, "writer")
+    assert sorted(s.acked_seq for s in core.store.subscriptions()) == [35] * 3
+
+
+def _replay_with_commits(core: Core, read_first: bool, deliver_read_first: bool) -> list[bytes]:
+    """Five stored messages to replay; three more are published while the first read is
+    on its way. ``read_first``: the read runs before the commit (so it does not see
+    them); ``deliver_read_first``: the reactor gets the read's result before the commit's."""
+    _subscribe(core, ["a"])
+    _publish(core, ["0", "1", "2", "3", "4"])
+    _run(core, "writer")
+    out = _attach(core, "a", 1)
+    runtime = core.runtime
+    _publish(core, ["5", "6", "7"])
+    store, writer = runtime.workers["store"], runtime.workers["writer"]
+    [read] = store.calls
+    [commit] = writer.calls
+    store.calls.clear()
+    writer.calls.clear()
+    order = [read, commit] if read_first else [commit, read]
+    results = [(call, done, call()) for call, done, _ in order]
+    if deliver_read_first != read_first:
+        results.reverse()
+    for _, done, result in results:
+        done(result)
+        runtime.run_soon()
+    for _ in range(20):  # whatever reads follow
+        runtime.advance(0.02)
+        _run(core, "store")
+        _run(core, "writer")
+    return _bodies(out)
+
+
+@pytest.mark.parametrize("read_first", [True, False])
+@pytest.mark.parametrize("deliver_read_first", [True, False])
+def test_messages_committed_during_a_replay_arrive_once_and_in_order(
+    core, read_first, deliver_read_first
+):
+    bodies = _replay_with_commits(core, read_first, deliver_read_first)
+    assert bodies == [b"%d" % i for i in range(8)]
+    [subscription] = core.destinations.topics[TOPIC].consumers
+    assert not subscription.replaying

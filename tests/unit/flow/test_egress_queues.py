@@ -4,9 +4,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from wiremq.modules.flow.egress_queues import (
-    DEFAULT_LIMITS,
-    DEFAULT_MAX_DEPTH,
     EgressQueue,
     EgressQueues,
     Entry,
@@ -18,6 +17,7 @@ from wiremq.modules.flow.egress_queues import (
 )
 
 C1, D3, D2, D1, G1 = EgressQueue
+DEFAULT_MAX_DEPTH = DEFAULT_LIMITS[0].max_depth
 UNIT = 2048
 
 
@@ -75,6 +75,7 @@ def test_message_queue_refuses_an_unknown_class_of_service(cos: int) -> None:
 
 
 def test_labels_and_default_limits_are_the_seeds() -> None:
+    """The registry's ClientEgress defaults, read through ``queue_limits``."""
     assert [queue.label for queue in EgressQueue] == ["C-1", "D-3", "D-2", "D-1", "G-1"]
     assert [(lim.max_depth, lim.min_burst) for lim in DEFAULT_LIMITS] == [
         (20000, 4),
@@ -86,7 +87,7 @@ def test_labels_and_default_limits_are_the_seeds() -> None:
 
 
 def test_drain_is_strict_priority_and_fifo_within_a_queue() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     for queue in reversed(EgressQueue):  # lowest priority first
         queues.enqueue(queue, f"{queue.label}a".encode(), b"")
         queues.enqueue(queue, f"{queue.label}b".encode(), b"")
@@ -97,7 +98,7 @@ def test_drain_is_strict_priority_and_fifo_within_a_queue() -> None:
 
 
 def test_an_entry_keeps_its_owner_and_frame() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     owner = object()
     queues.enqueue(D1, b"head", b"tail", owner)
     got: list[Entry] = []
@@ -109,7 +110,7 @@ def test_an_entry_keeps_its_owner_and_frame() -> None:
 
 def test_whole_message_rule() -> None:
     """Below the bound the whole next message goes; at or above it nothing does."""
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     writer = Writer(bound=100)
     for n in range(5):
         queues.enqueue(D1, *frame(f"m{n}", 60))
@@ -123,7 +124,7 @@ def test_whole_message_rule() -> None:
 
 
 def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     writer = Writer(bound=1)
     queues.enqueue(D1, b"m0", b"")
     queues.enqueue(D1, b"m1", b"")
@@ -134,7 +135,7 @@ def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
 
 
 def test_write_may_enqueue_more_and_it_is_drained_in_the_same_pass() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     written: list[bytes] = []
 
     def write(entry: Entry, discarded: int) -> None:
@@ -267,7 +268,7 @@ def test_the_indication_goes_on_whatever_message_comes_next() -> None:
 
 
 def test_stats_are_those_of_show_client_stats_queue() -> None:
-    queues = EgressQueues()
+    queues = EgressQueues(DEFAULT_LIMITS)
     writer = Writer(bound=1)
     queues.enqueue(C1, b"CONNECTED", b"")
     for _ in range(3):
@@ -327,8 +328,8 @@ def test_clear_returns_everything_in_drain_order() -> None:
     "make",
     [
         lambda: EgressQueues(DEFAULT_LIMITS[:4]),
-        lambda: QueueLimits(max_depth=0),
-        lambda: QueueLimits(min_burst=-1),
+        lambda: QueueLimits(max_depth=0, min_burst=4),
+        lambda: QueueLimits(max_depth=20000, min_burst=-1),
         lambda: TransmitQueue(0),
     ],
 )

@@ -2,9 +2,9 @@
 
 import pytest
 
+from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from tests.fakes import FakeRuntime
 from wiremq.modules.flow.egress_queues import (
-    DEFAULT_LIMITS,
     EgressQueue,
     EgressQueues,
     QueueLimits,
@@ -16,6 +16,8 @@ from wiremq.modules.flow.slowness import (
     egress_load_factor,
 )
 
+WINDOW = 60.0  # SlowSubscriber.window's default
+
 
 def blocked_for(meter: SlownessMeter, clock: FakeRuntime, seconds: float) -> None:
     meter.blocked()
@@ -25,7 +27,7 @@ def blocked_for(meter: SlownessMeter, clock: FakeRuntime, seconds: float) -> Non
 
 def test_a_client_never_blocked_is_not_slow() -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     clock.advance(120)
     assert meter.share() == 0.0
     assert not meter.is_blocked
@@ -33,7 +35,7 @@ def test_a_client_never_blocked_is_not_slow() -> None:
 
 def test_share_of_the_window_spent_blocked() -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     blocked_for(meter, clock, 10)
     clock.advance(20)
     blocked_for(meter, clock, 5)
@@ -42,7 +44,7 @@ def test_share_of_the_window_spent_blocked() -> None:
 
 def test_an_open_interval_counts_up_to_now() -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     meter.blocked()
     clock.advance(30)
     assert meter.is_blocked
@@ -54,7 +56,7 @@ def test_an_open_interval_counts_up_to_now() -> None:
 @pytest.mark.parametrize(("later", "share"), [(30, 0.5), (45, 0.25), (60, 0.0), (600, 0.0)])
 def test_intervals_slide_out_of_the_window(later: float, share: float) -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     blocked_for(meter, clock, 30)
     clock.advance(later)
     assert meter.share() == pytest.approx(share)
@@ -72,7 +74,7 @@ def test_an_open_interval_older_than_the_window_is_cut_at_its_start() -> None:
 
 def test_blocked_and_unblocked_are_idempotent() -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     meter.unblocked()  # not blocked: nothing happens
     meter.blocked()
     clock.advance(6)
@@ -86,7 +88,7 @@ def test_blocked_and_unblocked_are_idempotent() -> None:
 
 def test_many_short_stalls_are_measured_in_bounded_memory() -> None:
     clock = FakeRuntime()
-    meter = SlownessMeter(clock.monotonic)
+    meter = SlownessMeter(clock.monotonic, WINDOW)
     for _ in range(10_000):  # 100 s of 4 ms stalls every 10 ms
         blocked_for(meter, clock, 0.004)
         clock.advance(0.006)
@@ -123,7 +125,7 @@ def test_a_meter_needs_a_window_and_spans(window: float, spans: int) -> None:
 
 def client(queued_units: int, max_depth: int = 100) -> EgressQueues:
     """A client with ``queued_units`` single-unit messages on D-1."""
-    queues = EgressQueues((QueueLimits(max_depth),) * len(DEFAULT_LIMITS))
+    queues = EgressQueues((QueueLimits(max_depth, 4),) * len(DEFAULT_LIMITS))
     for _ in range(queued_units):
         queues.enqueue(EgressQueue.D1, b"m", b"")
     return queues

@@ -1,0 +1,200 @@
+"""Typed settings objects: the registry's values as frozen dataclasses, one per concern.
+
+Code outside ``config/`` reads every tunable through one of these, never by
+name: each field is named after a registry parameter and has no default, so
+a value can only come from the registry (its default, config.xml or the
+command line). ``read(settings, group, prefix)`` fills the fields from the
+parameters ``group.<prefix><field>``, so one class serves every group with
+the same parameters (``P2PStore`` and ``PubSubStore``, say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Self
+
+from wiremq.config.settings import Settings
+
+
+class SettingsGroup:
+    """Base of the typed settings objects (see the module docstring)."""
+
+    @classmethod
+    def read(cls, settings: Settings, group: str, prefix: str = "") -> Self:
+        """The values in force of ``group``'s parameters named ``prefix`` + field name."""
+        return cls(**{f.name: settings.get(group, prefix + f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings(SettingsGroup):
+    datadir: str
+    loglevel: str
+    logformat: str
+    packinterval: float
+    recentevents: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings(SettingsGroup):
+    """StompListener: the socket, heart-beats and the bounds of one frame."""
+
+    host: str
+    port: int
+    heartbeatsend: int
+    heartbeatreceive: int
+    heartbeatgrace: float
+    maxbodysize: int
+    maxheaders: int
+    maxheaderlength: int
+    closegrace: float
+
+
+@dataclass(frozen=True, slots=True)
+class BufferSettings(SettingsGroup):
+    """P2PPrioQueue / PubSubPrioQueue: the thread/buffer module."""
+
+    maxnummessages: int
+    maxnumbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBufferSettings(SettingsGroup):
+    """P2PStore / PubSubStore: the storage module's small processing buffer."""
+
+    maxdelay: int
+    maxdelayedmessagesnumber: int
+    maxdelayedmessagessize: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings(SettingsGroup):
+    """PersQueueFileStore / TopicFileStore: where a store lives and how it is cleaned."""
+
+    storageuri: str
+    indexcachesize: int
+    connecttimeout: float
+    cleanupinterval: float
+    cleanupgaptime: float
+    cleanuptransactionsize: int
+    cleanuptransactiontime: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStoreSettings(SettingsGroup):
+    """PersQueueFileStore: reading queue backlogs back and batching their removals."""
+
+    expiryonread: bool
+    readmsgamount: int
+    fastdeletionsize: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings(SettingsGroup):
+    """TopicFileStore: durable subscribers' replays and acknowledgements."""
+
+    expiryonreplay: bool
+    replaymsgamount: int
+    replaybyteamount: int
+    replaysleep: int
+    fastacknowledgesize: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBufferSettings(SettingsGroup):
+    """DestinationManager: the queue and topic live buffers and their cleanup."""
+
+    persqueuebytehighwatermark: int
+    globalpersqueuebytehighwatermark: int
+    qlbcleanupinterval: float
+    qlbcleanuptimetolive: float
+    tlbcleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkLimits(SettingsGroup):
+    """One scope's four watermarks (read with its prefix: "", "global", "topic", ...)."""
+
+    msghighwatermark: int
+    msglowwatermark: int
+    bytehighwatermark: int
+    bytelowwatermark: int
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any threshold is on (both its bounds set)."""
+        return (self.msghighwatermark >= 0 and self.msglowwatermark >= 0) or (
+            self.bytehighwatermark >= 0 and self.bytelowwatermark >= 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationPolicy(SettingsGroup):
+    """The Destination group as it applies to one destination (``for_destination``)."""
+
+    maxttl: int
+    expiredmessages: str
+    deadmessagequeue: str
+    consumerQueueEntriesSize: int
+    consumerQueueEntriesBytes: int
+    slowsubscriberpolicy: str
+    whenfull: str
+    maxmsgsize: int
+    spoolquota: int
+    lowpriorityrejectlimit: int
+    shutdown: bool
+
+    @classmethod
+    def for_destination(cls, settings: Settings, name: str) -> DestinationPolicy:
+        """The policy of ``name``: the defaults, with its own ``<Destination>`` overrides."""
+        return cls(**{f.name: settings.for_destination(name, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolSettings(SettingsGroup):
+    """MessageSpool: the whole spool's limits and usage events."""
+
+    maxspoolusage: int
+    maxdeliveredunacked: int
+    usagesetpercent: int
+    usageclearpercent: int
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSettings(SettingsGroup):
+    """ClientEgress: the per-client egress queues and TCP transmit queue."""
+
+    maxdepth: int
+    minmsgburst: int
+    g1minmsgburst: int
+    tcptransmitbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlowSubscriberSettings(SettingsGroup):
+    checkinterval: float
+    warnshare: float
+    disconnectshare: float
+    disconnect: bool
+    loadfactor: float
+    window: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPoolSettings(SettingsGroup):
+    """DurableTopicSubscriberThreadPool: replays running at once."""
+
+    maxthreads: int
+
+
+@dataclass(frozen=True, slots=True)
+class DurableLimitSettings(SettingsGroup):
+    """DurableTopicSubscriptionManager: bytes being replayed at once, all subscribers."""
+
+    globaldursubbytelimit: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupIntervalSettings(SettingsGroup):
+    """A memory store's cleanup period (VolQueueStoreImpl)."""
+
+    cleanupinterval: float

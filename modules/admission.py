@@ -1,0 +1,55 @@
+"""The admission module: what every message must be before the server takes it.
+
+The first step of each pipeline. It resolves the destination (creating it on
+first use; a name that is not a queue or a topic is refused), counts the
+sender among the destination's producers (so that its watermarks can stop
+it), checks the class of service and the transaction, and sets the expiry: the
+``expires`` header capped by the destination's ``maxttl``.
+"""
+
+from __future__ import annotations
+
+from wiremq.modules.errors import Refused
+from wiremq.modules.expiry import effective_expiry
+from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
+from wiremq.modules.pipeline import Batch, PipelineModule
+
+BAD_CLASS_OF_SERVICE = Refused(
+    "invalid class-of-service header", "class-of-service must be 1, 2 or 3"
+)
+
+
+class AdmissionModule(PipelineModule):
+    name = "admission"
+
+    def handle(self, batch: Batch) -> None:
+        admitted = []
+        for message in batch:
+            try:
+                self._admit(message)
+            except Refused as refusal:
+                self.context.refuse(message, refusal)
+                continue
+            admitted.append(message)
+        if admitted:
+            self.downstream.handle(admitted)
+
+    def _admit(self, message: Message) -> None:
+        target = message.target
+        if target is None:
+            target = message.target = self.context.destinations.resolve(message.destination)
+        origin = message.origin
+        if origin is not None and origin not in target.producers:
+            target.add_producer(origin)  # type: ignore[arg-type]
+        headers = message.headers
+        if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:
+            raise BAD_CLASS_OF_SERVICE
+        if message.transaction is not None:
+            self.context.transactions.check(origin, message.transaction, target.domain)  # type: ignore[arg-type]
+        header = headers.get("expires")
+        max_ttl = target.policy.maxttl
+        if header is not None or max_ttl:
+            expires = effective_expiry(header, self.context.runtime.now_ms(), max_ttl)
+            if expires and header != str(expires):
+                headers["expires"] = str(expires)
+            message.expires = expires

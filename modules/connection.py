@@ -1,0 +1,598 @@
+"""The server side of one client connection: it drives the STOMP session and acts on it.
+
+Bytes from the socket go to the sans-io session, which returns request events;
+this turns them into pipeline work (SENDs become messages, one batch per
+domain and read), subscriptions, acknowledgements and transactions, and
+writes the session's replies to the client's egress. It counts the work of
+this client still in progress (messages in the pipeline, acknowledgements
+and COMMITs not yet stored), so that a DISCONNECT's receipt, or an ERROR,
+comes after everything the client sent before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+import structlog
+
+from wiremq.modules.destination import Destination, domain_of
+from wiremq.modules.destinations import Destinations
+from wiremq.modules.egress import Egress
+from wiremq.modules.errors import Refused
+from wiremq.modules.flow.egress_queues import Policy
+from wiremq.modules.ids import Ids
+from wiremq.modules.message import Message
+from wiremq.modules.persistence import Persistence
+from wiremq.modules.pipeline import Batch, Pipelines
+from wiremq.modules.runtime import Runtime
+from wiremq.modules.stomp.events import (
+    Abort,
+    Acknowledge,
+    BadInput,
+    Begin,
+    Commit,
+    Connect,
+    Connected,
+    Disconnect,
+    Error,
+    Receipt,
+    Request,
+    Send,
+    Subscribe,
+    Unsubscribe,
+)
+from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.modules.stomp.session import SessionSettings, StompSession
+from wiremq.modules.subscription import Subscription
+from wiremq.modules.topic import Topic
+from wiremq.modules.transaction import TransactionManager, Unit
+from wiremq.stores.api import StoreTransaction
+from wiremq.stores.durable import SubscriptionInfo
+
+if TYPE_CHECKING:
+    from wiremq.stores.durable import SubscriptionKey
+
+log = structlog.get_logger("wiremq.connection")
+
+DURABLE_NAME = "activemq.subscriptionName"
+# SUBSCRIBE headers that set a consumer's window, in messages and in bytes.
+WINDOW_MESSAGES = ("consumerQueueEntriesSize", "activemq.prefetchSize", "prefetch-count")
+WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
+
+Failure: TypeAlias = ProtocolError | Refused
+
+
+class ReadControl(Protocol):
+    """Stops and restarts reading from the client's socket (its transport, in ``server/``)."""
+
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+@dataclass
+class ConnectionServices:
+    """What a client connection uses of the rest of the server."""
+
+    session: SessionSettings
+    runtime: Runtime
+    ids: Ids
+    pipelines: Pipelines
+    destinations: Destinations
+    transactions: TransactionManager
+    persistence: Persistence | None
+    clients: set[ClientConnection]
+
+
+class ClientConnection:
+    """One connected client."""
+
+    def __init__(
+        self,
+        services: ConnectionServices,
+        egress: Egress,
+        peer: str,
+        reader: ReadControl,
+        now: float,
+    ) -> None:
+        self.services = services
+        self.egress = egress
+        self.peer = peer
+        self.reader = reader
+        self.session = StompSession(services.session, services.ids.session(), now)
+        self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
+        self.client_id = ""
+        self.subscriptions: dict[str, Subscription] = {}
+        self._by_number: dict[str, Subscription] = {}  # by the number in 1.2 ack values
+        self._numbers = 0
+        self.inflight = 0  # this client's work still in progress
+        self._on_idle: Callable[[], None] | None = None
+        self._sends: dict[str, Batch] = {}  # SENDs read, by domain, not yet submitted
+        self._failing = False  # an ERROR is on its way: nothing more is done for the client
+        services.clients.add(self)
+
+    # -- input ---------------------------------------------------------------------------
+
+    def data_received(self, data: bytes, now: float) -> None:
+        """Act on everything the bytes complete, in order."""
+        sends = self._sends
+        new_message = self.services.ids.message
+        for event in self.session.receive_data(data, now):
+            if type(event) is Send:
+                destination = event.destination
+                domain = domain_of(destination)
+                if domain is not None:
+                    headers = event.headers
+                    message = Message(
+                        new_message(),
+                        destination,
+                        headers,
+                        event.body,
+                        receipt=headers.get("receipt"),
+                        transaction=headers.get("transaction"),
+                        origin=self,
+                    )
+                    self.inflight += 1
+                    batch = sends.get(domain)
+                    if batch is None:
+                        sends[domain] = [message]
+                    else:
+                        batch.append(message)
+                    continue
+            if sends:
+                self._submit()
+            if isinstance(event, BadInput):
+                self.fail(event.error)
+                continue
+            try:
+                self._handle(event)
+            except (ProtocolError, Refused) as failure:
+                self.fail(failure, event.headers.get("receipt"))
+        if sends:
+            self._submit()
+
+    def _handle(self, event: Request) -> None:
+        match event:
+            case Send():  # a destination that is neither a queue nor a topic
+                raise Refused(
+                    "unknown destination",
+                    f"{event.destination[:200]!r} is neither /queue/NAME nor /topic/NAME",
+                )
+            case Connect():
+                self._connect(event)
+            case Subscribe():
+                self._subscribe(event)
+            case Unsubscribe():
+                self._unsubscribe(event)
+            case Acknowledge():
+                self._acknowledge(event)
+            case Begin():
+                self._begin(event)
+            case Commit():
+                self._commit(event)
+            case Abort():
+                self._abort(event)
+            case Disconnect():
+                self._disconnect(event)
+
+    def _submit(self) -> None:
+        sends, self._sends = self._sends, {}
+        submit = self.services.pipelines.submit
+        for domain, batch in sends.items():
+            submit(domain, batch)
+
+    # -- what the pipeline reports -------------------------------------------------------
+
+    def message_completed(self, message: Message) -> None:
+        """The pipeline is done with a message this client sent."""
+        self._done(message.receipt)
+
+    def message_refused(self, message: Message, refusal: Refused) -> None:
+        """The server does not take a message: the client is told which one."""
+        self._done(None)
+        self.fail(refusal, message.receipt)
+
+    def unit_completed(self, unit: Unit) -> None:
+        """A COMMIT is stored and its messages have left the pipeline."""
+        self._done(unit.receipt)
+
+    def unit_failed(self, unit: Unit, refusal: Refused) -> None:
+        self._done(None)
+        self.fail(refusal, unit.receipt)
+
+    def _done(self, receipt: str | None) -> None:
+        self.inflight -= 1
+        if receipt is not None:
+            self._reply(Receipt(receipt))
+        if not self.inflight and self._on_idle is not None:
+            action, self._on_idle = self._on_idle, None
+            action()
+
+    def _reply(self, reply: Receipt) -> None:
+        data = self.session.send(reply)
+        if data:
+            self.egress.push(data)
+
+    def _receipt(self, event: Request) -> None:
+        receipt = event.headers.get("receipt")
+        if receipt is not None:
+            self._reply(Receipt(receipt))
+
+    def when_idle(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once everything this client sent so far is done."""
+        if self.inflight:
+            self._on_idle = action
+        else:
+            action()
+
+    # -- failing and closing -------------------------------------------------------------
+
+    def fail(self, failure: Failure, receipt: str | None = None) -> None:
+        """Read nothing more; once earlier work is done, send an ERROR and close.
+
+        Messages the client sent before the bad request still get their receipts.
+        """
+        session = self.session
+        if session.closed or self._failing:
+            return
+        self._failing = True
+        session.reading = False
+        if isinstance(failure, ProtocolError) and failure.receipt_id is not None:
+            receipt = failure.receipt_id
+        error = Error(failure.message, failure.detail, receipt)
+        self.when_idle(lambda: self._close(self.session.send(error)))
+
+    def _close(self, last_frame: bytes = b"") -> None:
+        """Close once queued frames, then ``last_frame``, are written."""
+        if not self.egress.close_requested:
+            self.session.reading = False
+            self.closing()
+            self.egress.close_after_flush(last_frame)
+
+    def closing(self) -> None:
+        """End the subscriptions (what they had not acknowledged goes back to their queues)
+        and drop open transactions: nothing more is delivered to this client."""
+        for subscription in list(self.subscriptions.values()):
+            self.detach(subscription)
+        self.services.transactions.abort_all(self)
+
+    def connection_lost(self) -> None:
+        """The socket closed: end everything this client had."""
+        self.session.closed = True
+        self.session.reading = False
+        self.closing()
+        self.services.destinations.forget_producer(self)
+        self.services.clients.discard(self)
+        log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
+
+    def drop(self, failure: Failure) -> None:
+        """Disconnect a client that does not read (a slow subscriber): its ERROR is sent if
+        its socket takes it, and the connection is closed without waiting."""
+        self.egress.abort = True
+        self.fail(failure)
+
+    def disconnect_slow(self, subscription: Subscription) -> None:
+        """A subscriber under the ``disconnect`` policy fell behind: its client is dropped."""
+        name = subscription.destination.name
+        log.info("client.slow_disconnected", destination=name, subscription=subscription.sub_id)
+        self.detach(subscription)
+        self.drop(
+            ProtocolError("slow subscriber", f"{name} disconnects subscribers that fall behind")
+        )
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _connect(self, event: Connect) -> None:
+        self.client_id = event.headers.get("client-id", "")
+        log.info(
+            "client.connected",
+            session=self.session.session_id,
+            peer=self.peer,
+            login=event.headers.get("login"),
+            client_id=self.client_id or None,
+        )
+        self.egress.push(self.session.send(Connected()))
+
+    def _disconnect(self, event: Disconnect) -> None:
+        """Read nothing more; the receipt follows once earlier frames are done."""
+
+        def goodbye() -> None:
+            self._receipt(event)
+            self._close()
+
+        self.when_idle(goodbye)
+
+    def _subscribe(self, event: Subscribe) -> None:
+        if event.sub_id in self.subscriptions:
+            raise ProtocolError(
+                "duplicate subscription", f"subscription id {event.sub_id!r} is already in use"
+            )
+        target = self.services.destinations.resolve(event.destination)
+        durable_key = self._durable_key(event, target)
+        policy = target.policy
+        window = (
+            _window(event.headers, WINDOW_MESSAGES, policy.consumerQueueEntriesSize),
+            _window(event.headers, WINDOW_BYTES, policy.consumerQueueEntriesBytes),
+        )
+        self._numbers += 1
+        version = self.session.version or "1.2"
+        subscription = Subscription(
+            event.sub_id,
+            self._numbers,
+            target,
+            event.ack,
+            self.egress,
+            version,
+            durable_key,
+            window,
+        )
+        subscription.client = self
+        self.subscriptions[event.sub_id] = subscription
+        self._by_number[str(self._numbers)] = subscription
+        if durable_key is not None:
+            assert self.services.persistence is not None
+            self.services.persistence.active[durable_key] = subscription
+        target.subscribe(subscription)
+        self._set_egress_policy()
+        if durable_key is None:
+            self._receipt(event)
+            return
+        assert isinstance(target, Topic) and self.services.persistence is not None
+        self.inflight += 1
+
+        def registered(info: SubscriptionInfo, created: bool) -> None:
+            if created:
+                log.info(
+                    "durable.created", client_id=info.client_id, name=info.name, topic=info.topic
+                )
+            target.registered(subscription, info)
+            self._done(event.headers.get("receipt"))
+
+        def failed(error: Exception) -> None:
+            self._done(None)
+            self.fail(
+                Refused("durable subscription failed", str(error)), event.headers.get("receipt")
+            )
+
+        self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
+
+    def _set_egress_policy(self) -> None:
+        """A client whose subscriptions all discard-oldest lets its egress queues discard;
+        any other keeps every message (BLOCK): one policy per client, as in a client profile."""
+        policies = {s.policy for s in self.subscriptions.values()}
+        discard = policies == {"discard-oldest"}
+        self.egress.queues.policy = Policy.DISCARD_OLDEST if discard else Policy.BLOCK
+
+    def _durable_key(self, event: Subscribe, target: Destination) -> SubscriptionKey | None:
+        """(client id, name) if the SUBSCRIBE asks for a durable subscription.
+
+        Accepted spellings: ``activemq.subscriptionName`` (with CONNECT's
+        ``client-id``), or ``durable:true`` / ``persistent:true`` (named by the
+        subscription id, scoped by ``client-id`` when there is one).
+        """
+        headers = event.headers
+        name = _durable_name(headers, event.sub_id)
+        if name is None:
+            return None
+        if not isinstance(target, Topic):
+            raise ProtocolError("not a topic", "durable subscriptions are made on topics")
+        if self.services.persistence is None:
+            raise ProtocolError("durable subscriptions unavailable", "no persistent store")
+        if DURABLE_NAME in headers and not self.client_id:
+            raise ProtocolError(
+                "missing client-id", "a durable subscription needs client-id on CONNECT"
+            )
+        key = (self.client_id, name)
+        if key in self.services.persistence.active:
+            raise ProtocolError(
+                "durable subscription in use",
+                f"durable subscription {name!r} of client {self.client_id!r} is already active",
+            )
+        return key
+
+    def _unsubscribe(self, event: Unsubscribe) -> None:
+        name = _durable_name(event.headers, event.sub_id)
+        subscription = self.subscriptions.get(event.sub_id)
+        if subscription is None and name is None:
+            raise ProtocolError("unknown subscription", f"no subscription with id {event.sub_id!r}")
+        key = (self.client_id, name or event.sub_id)
+        if subscription is not None:
+            self.detach(subscription)
+            key = subscription.durable_key or key
+        persistence = self.services.persistence
+        if name is None or persistence is None:
+            self._receipt(event)
+            return
+        self.inflight += 1
+
+        def removed(topic: str | None) -> None:
+            if topic is not None:
+                log.info("durable.removed", client_id=key[0], name=key[1], topic=topic)
+            self._done(event.headers.get("receipt"))
+
+        persistence.unsubscribe(key, removed)
+
+    def detach(self, subscription: Subscription) -> None:
+        """End one subscription of this client."""
+        del self.subscriptions[subscription.sub_id]
+        del self._by_number[str(subscription.number)]
+        if subscription.durable_key is not None and self.services.persistence is not None:
+            self.services.persistence.active.pop(subscription.durable_key, None)
+        subscription.destination.unsubscribe(subscription)
+        self._set_egress_policy()
+
+    # -- acknowledgements ----------------------------------------------------------------
+
+    def _acknowledge(self, event: Acknowledge) -> None:
+        subscription = self._find_delivery(event)
+        message_id = event.message_id
+        requeue = event.headers.get("requeue", "true") != "false"
+        transaction = event.headers.get("transaction")
+        if transaction is None:
+            taken = self._take(subscription, message_id, event.nack, requeue)
+            changes = taken[2] if taken is not None else StoreTransaction()
+            self.store_acknowledgement(changes, event.headers.get("receipt"))
+            return
+        manager = self.services.transactions
+        manager.check(self, transaction, subscription.destination.domain)
+        manager.hold_ack(
+            self, transaction, lambda: self._take(subscription, message_id, event.nack, requeue)
+        )
+        self._receipt(event)
+
+    def _take(
+        self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
+    ) -> tuple[Destination, list[Message], StoreTransaction] | None:
+        """Apply an ACK/NACK: the destination, the messages taken from the consumer for
+        good (none for a requeuing NACK) and what the store must change; None when it
+        was already covered (an earlier cumulative ACK, or the consumer went away)."""
+        if subscription.unacked is None or message_id not in subscription.unacked:
+            return None
+        messages = subscription.take_acknowledged(message_id)
+        destination = subscription.destination
+        if nack:
+            changes = destination.rejected(messages, requeue)
+            return destination, [] if requeue else messages, changes
+        return destination, messages, destination.acknowledged(subscription, messages)
+
+    def store_acknowledgement(self, changes: StoreTransaction, receipt: str | None) -> None:
+        """Store what acknowledgements changed; ``receipt`` is sent once it is stored."""
+        persistence = self.services.persistence
+        if persistence is None or not (changes.removals or changes.acknowledgements):
+            if receipt is not None:
+                self._reply(Receipt(receipt))
+            return
+        if receipt is None:
+            persistence.acknowledge(changes, None)
+            return
+        self.inflight += 1
+        persistence.acknowledge(changes, lambda: self._done(receipt))
+
+    def _find_delivery(self, event: Acknowledge) -> Subscription:
+        """The subscription an ACK/NACK refers to, per protocol version."""
+        candidates: list[Subscription]
+        if self.session.version == "1.2":
+            found = self._by_number.get(event.subscription or "")
+            candidates = [found] if found is not None else []
+        elif event.subscription is not None:
+            found = self.subscriptions.get(event.subscription)
+            candidates = [found] if found is not None else []
+        else:
+            candidates = list(self.subscriptions.values())
+        for subscription in candidates:
+            if subscription.unacked is not None and event.message_id in subscription.unacked:
+                return subscription
+        command = "NACK" if event.nack else "ACK"
+        raise ProtocolError(
+            "unknown message",
+            f"{command} of {event.message_id!r}: no such message awaits acknowledgement "
+            "on this connection",
+        )
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _begin(self, event: Begin) -> None:
+        self.services.transactions.begin(self, event.transaction)
+        self._receipt(event)
+
+    def _abort(self, event: Abort) -> None:
+        self.services.transactions.abort(self, event.transaction)
+        self._receipt(event)
+
+    def _commit(self, event: Commit) -> None:
+        services = self.services
+        transaction = services.transactions.take(self, event.transaction)
+        changes = []
+        taken = []
+        for ack in transaction.acks:
+            applied = ack()
+            if applied is not None:
+                destination, messages, change = applied
+                changes.append(change)
+                if messages:
+                    taken.append((destination, messages))
+        unit = Unit(
+            self,
+            event.transaction,
+            event.headers.get("receipt"),
+            transaction.messages,
+            StoreTransaction(
+                removals=tuple(p for c in changes for p in c.removals),
+                acknowledgements=tuple(a for c in changes for a in c.acknowledgements),
+            ),
+            taken,
+            services.persistence,
+            services.runtime.now_ms(),
+        )
+        self.inflight += 1
+        unit.start(services.transactions)
+
+    # -- flow control --------------------------------------------------------------------
+
+    def stop_reading(self, reason: object) -> None:
+        """A watermark stops this producer: its socket is not read until it clears."""
+        if not self.stops:
+            self.session.reading_stopped(True, self.services.runtime.monotonic())
+            self.reader.pause()
+        self.stops.add(reason)
+
+    def start_reading(self, reason: object) -> None:
+        if reason not in self.stops:
+            return
+        self.stops.discard(reason)
+        if not self.stops:
+            self.session.reading_stopped(False, self.services.runtime.monotonic())
+            self.reader.resume()
+
+    def tick(self, now: float) -> float | None:
+        """Heart-beats: send one if due, fail a silent client; when to tick again."""
+        egress = self.egress
+        tick = self.session.tick(now, egress.active)
+        egress.active = False
+        if tick.send:
+            egress.push(tick.send)
+            egress.active = False
+        if tick.timed_out is not None:
+            self.fail(tick.timed_out)
+        return tick.next_at
+
+    def state(self) -> dict[str, object]:
+        """Flow-control state of this connection, for the admin view."""
+        return {
+            "session": self.session.session_id,
+            "peer": self.peer,
+            "client_id": self.client_id or None,
+            "reading": not self.stops,
+            "stopped_by": sorted(str(reason) for reason in self.stops),
+            "subscriptions": [s.state() for s in self.subscriptions.values()],
+            "egress_policy": self.egress.queues.policy.value,
+            "egress": self.egress.queues.stats(),
+        }
+
+
+def _window(headers: dict[str, str], names: tuple[str, ...], default: int) -> int:
+    """A window size from the first of ``names`` the SUBSCRIBE carries, else the default."""
+    for name in names:
+        text = headers.get(name)
+        if text is not None:
+            if not (text.isascii() and text.isdigit()) or int(text) < 1:
+                raise ProtocolError(
+                    f"invalid {name} header", f"{name} must be a positive whole number"
+                )
+            return int(text)
+    return default
+
+
+def _durable_name(headers: dict[str, str], sub_id: str) -> str | None:
+    """The durable subscription a SUBSCRIBE or UNSUBSCRIBE names, or None if none.
+
+    One rule for both, so that an UNSUBSCRIBE finds the subscription its
+    SUBSCRIBE made: ``activemq.subscriptionName`` names it (even when empty),
+    ``durable:true`` / ``persistent:true`` name it by the subscription id.
+    """
+    if DURABLE_NAME in headers:
+        return headers[DURABLE_NAME]
+    if "true" in (headers.get("durable"), headers.get("persistent")):
+        return sub_id
+    return None

@@ -1,0 +1,146 @@
+"""The message server's pieces, built and wired together: the composition root.
+
+Nothing here runs anything: ``server/`` builds a ``Core`` on the Twisted
+runtime and feeds it connections; the tests build one on a fake clock. Each
+piece is handed only the others it uses; this is the one place that holds
+them all.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from wiremq.config.groups import ListenerSettings, SpoolSettings
+from wiremq.config.settings import Settings
+from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
+from wiremq.modules.catalog import build_chain
+from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.destination import DestinationServices
+from wiremq.modules.destinations import Destinations
+from wiremq.modules.durable import ReplayManager
+from wiremq.modules.egress import Egress
+from wiremq.modules.expiry import Expiry
+from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.spool import Spool
+from wiremq.modules.ids import Ids
+from wiremq.modules.message import Message
+from wiremq.modules.persistence import Persistence
+from wiremq.modules.pipeline import ModuleContext, Pipelines
+from wiremq.modules.runtime import Runtime
+from wiremq.modules.stomp.session import SessionSettings
+from wiremq.modules.subscription import UnackedLimit
+from wiremq.modules.transaction import TransactionManager
+from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
+from wiremq.stores.volqueue import VolQueueStore
+
+log = structlog.get_logger("wiremq.core")
+
+
+class Core:
+    """Every piece of one message server (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: Runtime,
+        store: MessageStore | None,
+        pipelines: dict[str, list[ModuleSpec]],
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.store = store
+        self.ids = Ids()
+        self.pipelines = Pipelines()
+        self.persistence = Persistence(store, runtime, settings) if store is not None else None
+        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit)
+        self.replays = ReplayManager(settings, runtime)
+        if self.persistence is not None:
+            self.replays.attach(self.persistence, self.expiry)
+        destinations: list[Destinations] = []  # made below: the flow control asks it later
+        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.unacked = UnackedLimit(
+            SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
+        )
+        self.volatile: VolQueueStore[Message] = VolQueueStore()
+        self.destinations = Destinations(
+            DestinationServices(
+                settings,
+                runtime,
+                self.flow,
+                self.persistence,
+                self.expiry,
+                self.unacked,
+                self.replays,
+                self.volatile,
+            )
+        )
+        destinations.append(self.destinations)
+        self.spool = Spool(settings, self.flow, self.destinations, store)
+        if self.persistence is not None:
+            self.persistence.on_changed = self.spool.store_changed
+        self.transactions = TransactionManager()
+        for domain in DOMAINS:
+            self.pipelines.chains[domain] = build_chain(
+                domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
+            )
+        self.clients: set[ClientConnection] = set()
+        self.connection_services = ConnectionServices(
+            SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
+            runtime,
+            self.ids,
+            self.pipelines,
+            self.destinations,
+            self.transactions,
+            self.persistence,
+            self.clients,
+        )
+
+    def module_context(self, domain: str) -> ModuleContext:
+        """What a module of ``domain``'s pipeline is given."""
+        return ModuleContext(
+            domain,
+            self.settings,
+            self.runtime,
+            self.destinations,
+            self.flow,
+            self.transactions,
+            self.spool,
+            self.persistence,
+        )
+
+    def restore(self) -> None:
+        """Recreate the queues that have stored messages (read back on demand), count what
+        the store holds in its watermarks, and load the durable subscriptions."""
+        if self.persistence is None or self.store is None:
+            return
+        store = self.store
+        queues = [name for name in store.destinations(QUEUE_PREFIX) if store.count(name)[0]]
+        self.destinations.restore(queues)
+        self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
+        subscriptions = self.persistence.load_durable_subscriptions()
+        log.info(
+            "broker.restored",
+            queues=len(queues),
+            stored_queue_messages=store.totals(QUEUE_PREFIX)[0],
+            durable_subscriptions=len(subscriptions),
+        )
+
+    def connect(
+        self, egress: Egress, peer: str, reader: ReadControl, now: float
+    ) -> ClientConnection:
+        """A new client connection."""
+        return ClientConnection(self.connection_services, egress, peer, reader, now)
+
+    def flow_state(self) -> dict[str, object]:
+        """Every flow-control state in one place: the admin console's view."""
+        return {
+            "watermarks": [w.state() for w in self.flow.watermarks()],
+            "queues": [q.state() for q in self.destinations.queues.values()],
+            "topics": [t.state() for t in self.destinations.topics.values()],
+            "clients": [c.state() for c in self.clients],
+            "delivered_unacked": self.unacked.count,
+            "delivered_unacked_limit": self.unacked.limit,
+            "slow_disconnects": self.flow.slow_disconnects,
+            "spool": self.spool.state(),
+            "commits": self.persistence.statistics() if self.persistence is not None else {},
+        }

@@ -1,0 +1,147 @@
+"""What queues and topics share: names, consumers, producers and the gates that stop them.
+
+A destination receives messages only from the distributing module
+(``enqueue``, then ``dispatch`` once per batch) and hands them to its
+consumers. What it needs from the rest of the server is in
+``DestinationServices``; nothing else reaches it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from wiremq.config.groups import DestinationPolicy, WatermarkLimits
+from wiremq.config.settings import Settings
+from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.message import Message
+from wiremq.modules.pipeline import P2P, PUBSUB
+from wiremq.modules.runtime import Runtime
+from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, StoreTransaction
+
+if TYPE_CHECKING:
+    from wiremq.modules.durable import ReplayManager
+    from wiremq.modules.expiry import Expiry
+    from wiremq.modules.persistence import Persistence
+    from wiremq.modules.subscription import Subscription, UnackedLimit
+    from wiremq.stores.volqueue import VolQueueStore
+
+
+def domain_of(name: str) -> str | None:
+    """The domain a destination name belongs to: /queue/... p2p, /topic/... pubsub."""
+    if name.startswith(QUEUE_PREFIX):
+        return P2P
+    if name.startswith(TOPIC_PREFIX):
+        return PUBSUB
+    return None
+
+
+@dataclass
+class DestinationServices:
+    """What queues and topics use of the rest of the server."""
+
+    settings: Settings
+    runtime: Runtime
+    flow: FlowControl
+    persistence: Persistence | None
+    expiry: Expiry
+    unacked: UnackedLimit
+    replays: ReplayManager
+    volatile: VolQueueStore[Message]
+
+
+def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
+    """Count messages into (positive) or out of (negative) every watermark given."""
+    for watermark in watermarks:
+        if watermark is not None:
+            if messages > 0:
+                watermark.add(messages, nbytes)
+            else:
+                watermark.remove(-messages, -nbytes)
+
+
+class Destination(ABC):
+    """A named queue or topic with its consumers, its producers and the watermarks
+    (``gates``) whose trips stop those producers."""
+
+    domain: ClassVar[str]
+
+    def __init__(self, name: str, services: DestinationServices) -> None:
+        self.name = name
+        self.services = services
+        self.policy = DestinationPolicy.for_destination(services.settings, name)
+        self.consumers: list[Subscription] = []
+        self.producers: set[Producer] = set()
+        # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
+        self.fail_when_full = self.policy.whenfull == "fail"
+        store_gate = services.flow.stores[self.domain]
+        self.gates: list[Watermark] = [
+            g
+            for g in services.flow.gates[self.domain]
+            if not (self.fail_when_full and g is store_gate)
+        ]
+        self.store_watermark: Watermark | None = None  # its persistent store's, if any
+
+    def own_watermark(
+        self, kind: str, group: str, prefix: str = "", stops: bool = True
+    ) -> Watermark | None:
+        """A per-destination watermark of ``group``, if its parameters switch one on;
+        ``stops`` says whether its trips stop this destination's producers."""
+        limits = WatermarkLimits.read(self.services.settings, group, prefix)
+        if not limits.enabled:
+            return None
+        producers: Callable[[], set[Producer]] = (lambda: self.producers) if stops else set
+        watermark = Watermark(f"{kind} {self.name}", limits, producers)
+        if stops:
+            self.gates.append(watermark)
+        return watermark
+
+    def add_producer(self, producer: Producer) -> None:
+        """A client sends here: it is stopped at once if a watermark is tripped."""
+        self.producers.add(producer)
+        self.services.flow.produces(self.domain, producer)
+        for gate in self.gates:
+            gate.producer_joined(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        self.producers.discard(producer)
+        for gate in self.gates:
+            gate.forget(producer)
+
+    def subscribe(self, subscription: Subscription) -> None:
+        self.consumers.append(subscription)
+
+    @abstractmethod
+    def enqueue(self, message: Message) -> None:
+        """Take a message from the distributing module (delivered by ``dispatch``)."""
+
+    @abstractmethod
+    def dispatch(self) -> None:
+        """Hand waiting messages to consumers that can take them."""
+
+    def consumer_ready(self) -> None:
+        """A consumer that was skipped for not being ready may be ready now."""
+        self.dispatch()
+
+    @abstractmethod
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Remove a consumer; what it had not acknowledged is handled per domain."""
+
+    @abstractmethod
+    def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
+        """A consumer acknowledged these messages (or took them in auto mode): what the
+        store must change for it."""
+
+    @abstractmethod
+    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
+        """Messages a consumer NACKed: what the store must change for it."""
+
+    @abstractmethod
+    def state(self) -> dict[str, object]:
+        """Flow-control state, for the admin view."""
+
+
+NOTHING = StoreTransaction()

@@ -1,0 +1,89 @@
+"""The producers of each domain and the global watermarks that stop them.
+
+Global watermarks: the VolQueueStore's, the topic live buffers' (over all
+topics), the PersQueueStore's and the TopicStore's, and each thread/buffer
+module's (``add_gate``). A destination's gates are these plus its own. A
+persistent message counts in its store's watermarks from the moment it is
+accepted, not only once committed, so that producers are stopped while
+commits lag behind reading; after each commit the store watermarks are set
+to what the store holds plus what still waits for its commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from wiremq.config.groups import WatermarkLimits
+from wiremq.config.settings import Settings
+from wiremq.modules.flow.watermarks import Producer, Watermark
+
+P2P = "p2p"
+PUBSUB = "pubsub"
+
+
+class FlowControl:
+    """Who produces to each domain, and the watermarks that stop them all."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        blocking_producers: Callable[[str], Iterable[Producer]],
+    ) -> None:
+        """``blocking_producers(domain)``: the producers a full store of ``domain`` stops
+        (those of destinations that block when full; ``whenfull=fail`` ones refuse)."""
+        self.producers: dict[str, set[Producer]] = {P2P: set(), PUBSUB: set()}
+
+        def of(domain: str) -> Callable[[], set[Producer]]:
+            return lambda: self.producers[domain]
+
+        def limits(group: str, prefix: str) -> WatermarkLimits:
+            return WatermarkLimits.read(settings, group, prefix)
+
+        self.volatile = Watermark("VolQueueStore", limits("VolQueueStoreImpl", "global"), of(P2P))
+        self.live = Watermark(
+            "TopicLiveBuffer", limits("DestinationManager", "topicglobal"), of(PUBSUB)
+        )
+        self.stores = {
+            P2P: Watermark(
+                "PersQueueStore",
+                limits("PersQueueFileStore", "global"),
+                lambda: blocking_producers(P2P),
+            ),
+            PUBSUB: Watermark(
+                "TopicStore",
+                limits("TopicFileStore", "global"),
+                lambda: blocking_producers(PUBSUB),
+            ),
+        }
+        self.gates: dict[str, list[Watermark]] = {
+            P2P: [self.volatile, self.stores[P2P]],
+            PUBSUB: [self.live, self.stores[PUBSUB]],
+        }
+        self._joined: list[Callable[[str, Watermark], None]] = []
+        self.slow_disconnects = 0  # subscribers dropped for falling behind (disconnect policy)
+
+    def add_gate(self, domain: str, watermark: Watermark) -> None:
+        """A watermark that stops every producer of ``domain`` (a pipeline buffer's)."""
+        self.gates[domain].append(watermark)
+        for joined in self._joined:
+            joined(domain, watermark)
+
+    def on_gate_added(self, joined: Callable[[str, Watermark], None]) -> None:
+        """Be told of every gate added later (destinations add it to their own gates)."""
+        self._joined.append(joined)
+
+    def produces(self, domain: str, producer: Producer) -> None:
+        self.producers[domain].add(producer)
+
+    def forget(self, producer: Producer) -> None:
+        """A producer went away: it is no longer stopped or counted anywhere here."""
+        for domain, producers in self.producers.items():
+            producers.discard(producer)
+            for gate in self.gates[domain]:
+                gate.forget(producer)
+
+    def watermarks(self) -> list[Watermark]:
+        """Every global watermark, for the admin view."""
+        return [self.volatile, self.live, *self.stores.values()] + [
+            g for domain in (P2P, PUBSUB) for g in self.gates[domain][2:]
+        ]

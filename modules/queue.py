@@ -1,0 +1,272 @@
+"""A queue: each message to exactly one consumer, round-robin over its consumers.
+
+Its non-persistent messages wait in the VolQueueStore; its persistent ones are
+in the persistent store, and the most recent are also kept in memory, in the
+queue live buffer (``cache``), up to persqueuebytehighwatermark. When a
+persistent message does not fit there, it and every later one are left in
+the store (``backlog_after``) and read back in order once the buffer has
+drained. Messages of the two delivery modes waiting together go out in the
+order they reached the queue; within one mode, always in order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import structlog
+
+from wiremq.config.groups import QueueStoreSettings
+from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
+from wiremq.modules.message import Message
+from wiremq.modules.pipeline import P2P
+from wiremq.modules.subscription import Subscription
+from wiremq.stores.api import Batch, StoreTransaction
+
+log = structlog.get_logger("wiremq.queue")
+
+
+class Queue(Destination):
+    domain = P2P
+
+    def __init__(self, name: str, services: DestinationServices) -> None:
+        super().__init__(name, services)
+        self.store = services.volatile
+        self.persistence = services.persistence
+        self.reading = QueueStoreSettings.read(services.settings, "PersQueueFileStore")
+        self.cache: deque[Message] = deque()  # the queue live buffer, in store order
+        self.cache_bytes = 0
+        self.backlog_after: int | None = None  # stored messages after this seq are not cached
+        self.reading_backlog = False
+        self.last_dispatch = services.runtime.monotonic()
+        self._arrivals = 0
+        self._next = 0  # round-robin position among consumers
+        self.volatile = services.flow.volatile
+        self.own_volatile = self.own_watermark("VolQueueStore", "VolQueueStoreImpl")
+        self.store_watermark = self.own_watermark(
+            "PersQueueStore", "PersQueueFileStore", stops=not self.fail_when_full
+        )
+
+    # -- arrival ---------------------------------------------------------------------------
+
+    def enqueue(self, message: Message) -> None:
+        self._arrivals += 1
+        message.arrival = self._arrivals
+        if message.store_seq:
+            self._cache_or_leave(message)
+        else:
+            self.store.append(self.name, message)
+            self._count_volatile(1, message.size)
+
+    def _count_volatile(self, messages: int, nbytes: int) -> None:
+        """Messages entering (positive) or leaving (negative) the VolQueueStore."""
+        count_into((self.volatile, self.own_volatile), messages, nbytes)
+
+    def _cache_or_leave(self, message: Message) -> None:
+        persistence = self.persistence
+        assert persistence is not None
+        if (
+            self.backlog_after is None
+            and self.cache_bytes + message.size <= persistence.queue_cache_limit
+            and persistence.cache_bytes + message.size <= persistence.cache_limit
+        ):
+            self._cache_append(message)
+        elif self.backlog_after is None:
+            self.backlog_after = message.store_seq - 1  # it, and all after it, stay in the store
+
+    def _cache_append(self, message: Message, front: bool = False) -> None:
+        if front:
+            self.cache.appendleft(message)
+        else:
+            self.cache.append(message)
+        self._cache_count(message.size)
+
+    def _cache_count(self, nbytes: int) -> None:
+        """Bytes entering (positive) or leaving (negative) the live buffer."""
+        self.cache_bytes += nbytes
+        assert self.persistence is not None
+        self.persistence.cache_bytes += nbytes
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def _peek(self) -> Message | None:
+        """The next message to deliver: the older of the two delivery modes' heads."""
+        volatile = self.store.peek(self.name)
+        if not self.cache:
+            return volatile
+        cached = self.cache[0]
+        if volatile is not None and volatile.arrival < cached.arrival:
+            return volatile
+        return cached
+
+    def _take(self, message: Message) -> None:
+        """Remove the message ``_peek`` returned."""
+        if self.cache and self.cache[0] is message:
+            self.cache.popleft()
+            self._cache_count(-message.size)
+        else:
+            self.store.pop(self.name)
+            self._count_volatile(-1, -message.size)
+
+    def dispatch(self) -> None:
+        """Hand waiting messages to ready consumers, one each in turn."""
+        consumers = self.consumers
+        count = len(consumers)
+        if not count:
+            return
+        runtime = self.services.runtime
+        turn = self._next
+        now_ms = 0
+        expired: list[Message] = []
+        message = self._peek()
+        while message is not None:
+            if message.expires:
+                now_ms = now_ms or runtime.now_ms()
+                if message.expires <= now_ms:
+                    self._take(message)
+                    expired.append(message)
+                    message = self._peek()
+                    continue
+            for _ in range(count):
+                consumer = consumers[turn % count]
+                turn += 1
+                if consumer.ready_for(message):
+                    break
+                consumer.waiting = True
+            else:
+                break  # no consumer is ready: the message waits
+            self._take(message)
+            consumer.deliver(message)
+            message = self._peek()
+        self._next = turn % count
+        self.last_dispatch = runtime.monotonic()
+        if expired:
+            self.expired(expired)
+        if self.backlog_after is not None and not self.reading_backlog and not self.cache:
+            self._read_backlog()
+
+    def subscribe(self, subscription: Subscription) -> None:
+        super().subscribe(subscription)
+        self.dispatch()
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.consumers.remove(subscription)
+        self.requeue(subscription.take_unacked())
+
+    def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
+        return self._removal(messages)
+
+    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
+        if requeue:
+            self.requeue(messages)
+            return NOTHING
+        return self._removal(messages)  # dropped on purpose: it leaves the store too
+
+    def _removal(self, messages: list[Message]) -> StoreTransaction:
+        stored = tuple((self.name, m.store_seq) for m in messages if m.store_seq)
+        return StoreTransaction(removals=stored) if stored else NOTHING
+
+    def requeue(self, messages: list[Message]) -> None:
+        """Put messages back at the front, flagged as redelivered, and deliver them again."""
+        if not messages:
+            return
+        for message in messages:
+            message.mark_redelivered()
+        volatile = [m for m in messages if not m.store_seq]
+        if volatile:
+            self.store.push_front(self.name, volatile)
+            self._count_volatile(len(volatile), sum(m.size for m in volatile))
+        for message in reversed([m for m in messages if m.store_seq]):
+            self._cache_append(message, front=True)
+        self.dispatch()
+
+    # -- the store backlog -----------------------------------------------------------------
+
+    def _read_backlog(self) -> None:
+        persistence = self.persistence
+        assert persistence is not None and self.backlog_after is not None
+        self.reading_backlog = True
+        room = max(1, persistence.queue_cache_limit - self.cache_bytes)
+        persistence.read(
+            self.name,
+            self.backlog_after,
+            self.reading.readmsgamount,
+            room,
+            self._backlog_read,
+            self._backlog_failed,
+        )
+
+    def _backlog_read(self, batch: Batch) -> None:
+        self.reading_backlog = False
+        for seq, stored in batch.messages:
+            message = Message.from_stored(stored, seq)
+            self._arrivals += 1
+            message.arrival = self._arrivals
+            self._cache_append(message)
+        if batch.expired and self.reading.expiryonread:
+            self.services.expiry.expired_stored(batch.expired)
+        self.backlog_after = None if batch.at_end else batch.last_seq
+        self.dispatch()
+
+    def _backlog_failed(self, error: Exception) -> None:
+        self.reading_backlog = False
+        log.error("queue.read_failed", queue=self.name, error=str(error))
+
+    # -- expiry and live-buffer cleanup ----------------------------------------------------
+
+    def expired(self, messages: list[Message]) -> None:
+        """Expired messages met in memory: never delivered; handled per the destination.
+
+        Unless expiryonread, stored ones stay until the store's cleanup removes them.
+        """
+        expiry = self.services.expiry
+        volatile = [m for m in messages if not m.store_seq]
+        if volatile:
+            expiry.expired(self.name, volatile)
+        if self.reading.expiryonread:
+            stored = [((self.name, m.store_seq), m.to_stored(0)) for m in messages if m.store_seq]
+            if stored:
+                expiry.expired_stored(stored)
+
+    def sweep_volatile(self, now_ms: int) -> None:
+        """The VolQueueStore's cleanup: remove expired non-persistent messages."""
+        expired = self.store.remove_if(self.name, lambda m: m.expired(now_ms))
+        if expired:
+            self._count_volatile(-len(expired), -sum(m.size for m in expired))
+            self.expired(expired)
+
+    def sweep_cache(self, now_ms: int, idle_for: float) -> None:
+        """The queue live buffer's cleanup: drop expired messages, and give back the
+        whole buffer of a queue that has not delivered anything for ``idle_for`` seconds
+        (its messages are read from the store again when a consumer comes)."""
+        if not self.cache:
+            return
+        expired = [m for m in self.cache if m.expired(now_ms)]
+        if expired:
+            kept = [m for m in self.cache if not m.expired(now_ms)]
+            self._clear_cache()
+            for message in kept:
+                self._cache_append(message)
+            self.expired(expired)
+        idle = self.services.runtime.monotonic() - self.last_dispatch > idle_for
+        if self.cache and idle:
+            first = self.cache[0].store_seq
+            self._clear_cache()
+            self.backlog_after = first - 1
+
+    def _clear_cache(self) -> None:
+        self._cache_count(-self.cache_bytes)
+        self.cache.clear()
+
+    def state(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "consumers": len(self.consumers),
+            "ready_consumers": sum(1 for c in self.consumers if c.ready),
+            "producers": len(self.producers),
+            "volatile_messages": self.store.count(self.name),
+            "volatile_bytes": self.store.byte_count(self.name),
+            "live_buffer_messages": len(self.cache),
+            "live_buffer_bytes": self.cache_bytes,
+            "backlog_in_store": self.backlog_after is not None,
+            "watermarks": [g.state() for g in self.gates],
+        }

@@ -1,0 +1,205 @@
+"""A topic: each message to every current subscriber, through its live buffer.
+
+A durable subscriber gets the stored messages it has not acknowledged from
+its replay (``durable.py``), so it skips live copies of stored messages while
+it replays and, after, those its replay already delivered.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
+from wiremq.modules.message import Message
+from wiremq.modules.pipeline import PUBSUB
+from wiremq.modules.subscription import DISCARDABLE, Subscription
+from wiremq.stores.api import StoreTransaction
+from wiremq.stores.durable import SubscriptionInfo
+
+
+class Topic(Destination):
+    """A topic and its live buffer.
+
+    Messages a subscriber cannot take yet wait in the live buffer; each
+    subscriber has a cursor into it, and a message leaves the buffer once every
+    subscriber has passed it. The buffer's watermarks (per topic and over all
+    topics) stop publishers. What a subscriber that cannot keep up does to the
+    others is its policy (``slowsubscriberpolicy``): ``block`` holds messages in
+    the buffer for it, ``discard-oldest`` lets its own egress queue drop its
+    oldest non-persistent messages, ``disconnect`` disconnects it.
+    """
+
+    domain = PUBSUB
+
+    def __init__(self, name: str, services: DestinationServices) -> None:
+        super().__init__(name, services)
+        self.buffer: deque[Message | None] = deque()  # None: an expired message's place
+        self.first = 0  # index of buffer[0] in the topic's message sequence
+        self.live = services.flow.live
+        self.own_live = self.own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
+        self.store_watermark = self.own_watermark(
+            "TopicStore", "TopicFileStore", stops=not self.fail_when_full
+        )
+
+    def enqueue(self, message: Message) -> None:
+        """Deliver at once when every subscriber can take the message; else buffer it
+        (``dispatch`` moves the subscribers on)."""
+        if message.expires and message.expired(self.services.runtime.now_ms()):
+            self.services.expiry.expired(self.name, [message])
+            return
+        consumers = self.consumers
+        if not self.buffer and all(
+            s.ready_for(message) or s.skips(message) for s in consumers
+        ):  # the common case: everyone keeps up, nothing is buffered
+            stored = message.store_seq
+            for subscription in consumers:
+                subscription.cursor += 1
+                if not (stored and subscription.skips(message)):
+                    subscription.deliver(message)
+            self.first += 1
+            return
+        self.buffer.append(message)
+        self._count_live(1, message.size)
+
+    def dispatch(self) -> None:
+        """Move every subscriber on as far as it can take, then trim the buffer.
+
+        A subscriber under the ``disconnect`` policy still behind once the frames
+        queued meanwhile are written is checked then (``_disconnect_lagging``), so
+        that a burst larger than its window does not count against it.
+        """
+        for subscription in self.consumers:
+            self._pump(subscription)
+        end = self.first + len(self.buffer)
+        for subscription in self.consumers:
+            if subscription.policy == "disconnect" and subscription.cursor < end:
+                subscription.egress.outbox.wake(self._disconnect_lagging)
+                break
+        self._trim()
+
+    def _disconnect_lagging(self) -> None:
+        """Disconnect the ``disconnect``-policy subscribers that, even after what was
+        queued for them was written, are behind by a live-buffer high watermark."""
+        for subscription in self.consumers:
+            self._pump(subscription)
+        for subscription in list(self.consumers):
+            if subscription.policy == "disconnect" and self._too_far_behind(subscription.cursor):
+                self.services.flow.slow_disconnects += 1
+                subscription.client.disconnect_slow(subscription)
+        self._trim()
+
+    def _too_far_behind(self, cursor: int) -> bool:
+        """Whether what waits from ``cursor`` on reaches a live-buffer high watermark
+        (messages or bytes; this topic's own if it has one, else the global one)."""
+        watermark = self.own_live if self.own_live is not None else self.live
+        if watermark is None:
+            return False
+        waiting = [
+            m for m in itertools.islice(self.buffer, cursor - self.first, None) if m is not None
+        ]
+        gauge = watermark.gauge
+        by_messages = gauge.msg_threshold.enabled and len(waiting) >= gauge.msg_threshold.high
+        by_bytes = gauge.byte_threshold.enabled and (
+            sum(m.size for m in waiting) >= gauge.byte_threshold.high
+        )
+        return by_messages or by_bytes
+
+    def _pump(self, subscription: Subscription) -> None:
+        """Deliver from the subscriber's cursor as far as it can take.
+
+        A ``discard-oldest`` subscriber that cannot take a non-persistent message
+        loses it (counted as a discard, indicated on its next message) instead of
+        holding the buffer.
+        """
+        buffer = self.buffer
+        end = self.first + len(buffer)
+        while subscription.cursor < end:
+            message = buffer[subscription.cursor - self.first]
+            if message is not None and not subscription.skips(message):
+                if not subscription.ready_for(message):
+                    queue = message.egress_queue
+                    if subscription.policy != "discard-oldest" or queue not in DISCARDABLE:
+                        subscription.waiting = True
+                        return
+                    subscription.egress.queues.count_discard(queue)
+                else:
+                    subscription.deliver(message)
+            subscription.cursor += 1
+
+    def _trim(self) -> None:
+        end = self.first + len(self.buffer)
+        low = min((s.cursor for s in self.consumers), default=end)
+        buffer = self.buffer
+        while self.first < low:
+            message = buffer.popleft()
+            self.first += 1
+            if message is not None:
+                self._count_live(-1, -message.size)
+
+    def _count_live(self, messages: int, nbytes: int) -> None:
+        """Messages entering (positive) or leaving (negative) the live buffer."""
+        count_into((self.live, self.own_live), messages, nbytes)
+
+    def sweep_live_buffer(self, now_ms: int) -> None:
+        """tlbcleanupinterval: expired messages leave the live buffer (never delivered)."""
+        expired = []
+        for index, message in enumerate(self.buffer):
+            if message is not None and message.expired(now_ms):
+                self.buffer[index] = None
+                self._count_live(-1, -message.size)
+                expired.append(message)
+        if expired:
+            self.services.expiry.expired(self.name, expired)
+
+    def subscribe(self, subscription: Subscription) -> None:
+        subscription.cursor = self.first + len(self.buffer)  # only what comes from now on
+        subscription.policy = self.policy.slowsubscriberpolicy
+        super().subscribe(subscription)
+
+    def registered(self, subscription: Subscription, info: SubscriptionInfo) -> None:
+        """A durable subscriber's subscription is in the store: it replays what it missed."""
+        self.services.replays.start(self, subscription, info)
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.consumers.remove(subscription)
+        subscription.take_unacked()  # a durable subscriber gets them again from the store
+        if subscription.durable_key is not None:
+            self.services.replays.stop(subscription)
+        self._trim()
+
+    def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
+        """Move a durable subscriber's stored position past what it has acknowledged.
+
+        The position is just before its oldest stored message still unacknowledged,
+        so that nothing unacknowledged is skipped when it comes back.
+        """
+        key = subscription.durable_key
+        if key is None:
+            return NOTHING
+        position = max((m.store_seq for m in messages), default=0)
+        if subscription.unacked:
+            oldest = next((m.store_seq for m in subscription.unacked.values() if m.store_seq), 0)
+            if oldest:
+                position = oldest - 1
+        if position <= subscription.acked_position:
+            return NOTHING
+        subscription.acked_position = position
+        return StoreTransaction(acknowledgements=((key, position),))
+
+    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
+        """A topic keeps nothing to deliver again now; a durable subscriber gets
+        stored messages it did not acknowledge again when it comes back."""
+        return NOTHING
+
+    def state(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "subscribers": len(self.consumers),
+            "ready_subscribers": sum(1 for c in self.consumers if c.ready),
+            "producers": len(self.producers),
+            "live_buffer_messages": sum(1 for m in self.buffer if m is not None),
+            "live_buffer_bytes": sum(m.size for m in self.buffer if m is not None),
+            "policy": self.policy.slowsubscriberpolicy,
+            "watermarks": [g.state() for g in self.gates],
+        }

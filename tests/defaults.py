@@ -1,0 +1,30 @@
+"""Pieces the tests build with the registry's defaults (no defaults live in the code)."""
+
+from __future__ import annotations
+
+from wiremq.config.groups import EgressSettings
+from wiremq.config.parameters import REGISTRY
+from wiremq.config.settings import Settings
+from wiremq.modules.egress import Egress, Outbox
+from wiremq.modules.flow.egress_queues import QueueLimits, queue_limits
+from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder
+
+SETTINGS = Settings(REGISTRY)
+LIMITS = DecoderLimits(
+    SETTINGS.get_int("StompListener", "maxbodysize"),
+    SETTINGS.get_int("StompListener", "maxheaders"),
+    SETTINGS.get_int("StompListener", "maxheaderlength"),
+)
+EGRESS_LIMITS: tuple[QueueLimits, ...] = queue_limits(EgressSettings.read(SETTINGS, "ClientEgress"))
+
+
+def decoder(version: str | None = "1.2") -> FrameDecoder:
+    """A frame decoder with the server's default limits, for ``version`` (None: CONNECT)."""
+    found = FrameDecoder(LIMITS)
+    found.version = version
+    return found
+
+
+def egress(outbox: Outbox | None = None) -> Egress:
+    """A client egress with the default queue limits."""
+    return Egress(outbox or Outbox(), EGRESS_LIMITS)
