@@ -108,7 +108,10 @@ class ClientConnection:
         self._numbers = 0
         self.inflight = 0  # this client's work still in progress
         self._on_idle: Callable[[], None] | None = None
-        self._sends: dict[str, Batch] = {}  # SENDs read, by domain, not yet submitted
+        # SENDs read and not yet submitted: consecutive ones of one domain go down its
+        # pipeline together, in the order they came.
+        self._sends: Batch = []
+        self._sends_domain = ""
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         services.clients.add(self)
 
@@ -116,32 +119,30 @@ class ClientConnection:
 
     def data_received(self, data: bytes, now: float) -> None:
         """Act on everything the bytes complete, in order."""
-        sends = self._sends
         new_message = self.services.ids.message
         for event in self.session.receive_data(data, now):
             if type(event) is Send:
                 destination = event.destination
                 domain = domain_of(destination)
                 if domain is not None:
+                    if domain != self._sends_domain:
+                        self._submit()
+                        self._sends_domain = domain
                     headers = event.headers
-                    message = Message(
-                        new_message(),
-                        destination,
-                        headers,
-                        event.body,
-                        receipt=headers.get("receipt"),
-                        transaction=headers.get("transaction"),
-                        origin=self,
+                    self._sends.append(
+                        Message(
+                            new_message(),
+                            destination,
+                            headers,
+                            event.body,
+                            receipt=headers.get("receipt"),
+                            transaction=headers.get("transaction"),
+                            origin=self,
+                        )
                     )
                     self.inflight += 1
-                    batch = sends.get(domain)
-                    if batch is None:
-                        sends[domain] = [message]
-                    else:
-                        batch.append(message)
                     continue
-            if sends:
-                self._submit()
+            self._submit()
             if isinstance(event, BadInput):
                 self.fail(event.error)
                 continue
@@ -149,8 +150,7 @@ class ClientConnection:
                 self._handle(event)
             except (ProtocolError, Refused) as failure:
                 self.fail(failure, event.headers.get("receipt"))
-        if sends:
-            self._submit()
+        self._submit()
 
     def _handle(self, event: Request) -> None:
         match event:
@@ -177,10 +177,9 @@ class ClientConnection:
                 self._disconnect(event)
 
     def _submit(self) -> None:
-        sends, self._sends = self._sends, {}
-        submit = self.services.pipelines.submit
-        for domain, batch in sends.items():
-            submit(domain, batch)
+        if self._sends:
+            batch, self._sends = self._sends, []
+            self.services.pipelines.submit(self._sends_domain, batch)
 
     # -- what the pipeline reports -------------------------------------------------------
 
@@ -189,17 +188,18 @@ class ClientConnection:
         self._done(message.receipt)
 
     def message_refused(self, message: Message, refusal: Refused) -> None:
-        """The server does not take a message: the client is told which one."""
-        self._done(None)
+        """The server does not take a message: the client is told which one (the ERROR
+        takes the place of anything waiting for this, a DISCONNECT's receipt say)."""
         self.fail(refusal, message.receipt)
+        self._done(None)
 
     def unit_completed(self, unit: Unit) -> None:
         """A COMMIT is stored and its messages have left the pipeline."""
         self._done(unit.receipt)
 
     def unit_failed(self, unit: Unit, refusal: Refused) -> None:
-        self._done(None)
         self.fail(refusal, unit.receipt)
+        self._done(None)
 
     def _done(self, receipt: str | None) -> None:
         self.inflight -= 1
@@ -350,10 +350,10 @@ class ClientConnection:
             self._done(event.headers.get("receipt"))
 
         def failed(error: Exception) -> None:
-            self._done(None)
             self.fail(
                 Refused("durable subscription failed", str(error)), event.headers.get("receipt")
             )
+            self._done(None)
 
         self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
 

@@ -11,7 +11,9 @@ from collections import deque
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from wiremq.config.groups import ServerSettings
 from wiremq.config.parameters import REGISTRY
+from wiremq.config.settings import Settings
 
 Event = MutableMapping[str, Any]
 
@@ -40,6 +42,4 @@ class EventStream:
         return lambda: self._listeners.remove(listener)
 
 
-_KEEP = REGISTRY.get("Server", "recentevents")
-assert _KEEP is not None
-EVENTS = EventStream(int(_KEEP.default))
+EVENTS = EventStream(ServerSettings.read(Settings(REGISTRY), "Server").recentevents)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.encoder import message_tail
-from wiremq.stores.records import StoredMessage
+from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -131,7 +131,8 @@ class Message:
     def priority(self) -> int:
         """JMS priority 0..9 from the ``priority`` header; 4 when absent or invalid."""
         text = self.headers.get("priority", "")
-        return int(text) if text.isascii() and text.isdigit() and int(text) <= 9 else 4
+        valid = text.isascii() and text.isdigit() and int(text) <= 9
+        return int(text) if valid else JMS_DEFAULT_PRIORITY
 
     def to_stored(self, now_ms: int) -> StoredMessage:
         """The message as a persistent store keeps it."""

@@ -60,7 +60,7 @@ class StorageModule(PipelineModule):
         )
 
     def handle(self, batch: Batch) -> None:
-        passing = []
+        passing: Batch = []
         for message in batch:
             keep = self._keeps(message)
             if keep:
@@ -77,6 +77,9 @@ class StorageModule(PipelineModule):
                 self.spool.accepted_into_store(target, message)
             unit = message.unit
             if unit is not None:
+                if passing:  # the unit may go on at once: what came before goes first
+                    self.downstream.handle(passing)
+                    passing = []
                 unit.arrive(message, self, keep)
             elif keep:
                 assert self.buffer is not None

@@ -158,12 +158,8 @@ class WiremqServer:
 
     def check_slow_subscribers(self) -> None:
         """Events before (and, when configured, when) slow subscribers are disconnected."""
-        current = SlowSubscriberSettings.read(self.settings, "SlowSubscriber")
-        policy = SlowSubscriberPolicy(
-            warn_share=current.warnshare,
-            disconnect_share=current.disconnectshare,
-            disconnect_enabled=current.disconnect,
-            disconnect_load_factor=current.loadfactor,
+        policy = SlowSubscriberPolicy.of(
+            SlowSubscriberSettings.read(self.settings, "SlowSubscriber")
         )
         connections = list(self.connections)
         load = egress_load_factor(c.egress.queues for c in connections)
@@ -218,6 +214,7 @@ class WiremqServer:
         log.info("server.stopping", connections=len(waits))
         if self.listening is not None:
             waits.append(defer.maybeDeferred(self.listening.stopListening))
+            self.listening = None
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()

@@ -96,14 +96,15 @@ def serve(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
     from twisted.internet.error import CannotListenError
 
+    from wiremq.config.groups import ServerSettings
+    from wiremq.modules.events import EVENTS
     from wiremq.server.app import WiremqServer
     from wiremq.server.logging import configure_logging
     from wiremq.stores.errors import StoreError
 
-    settings = config.settings
-    configure_logging(
-        settings.get_str("Server", "loglevel"), settings.get_str("Server", "logformat")
-    )
+    server_settings = ServerSettings.read(config.settings, "Server")
+    configure_logging(server_settings.loglevel, server_settings.logformat)
+    EVENTS.keep(server_settings.recentevents)
     try:
         server = WiremqServer(config, reactor)
         server.start()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+JMS_DEFAULT_PRIORITY = 4  # a message without a priority header has JMS's default priority
+
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
@@ -17,7 +19,7 @@ class StoredMessage:
     destination: str  # full STOMP destination, e.g. "/queue/orders"
     headers: tuple[tuple[str, str], ...]  # user headers, in arrival order, unescaped
     body: bytes
-    priority: int = 4  # 0..9, JMS default 4
+    priority: int = JMS_DEFAULT_PRIORITY  # 0..9
     expires: int = 0  # ms since epoch; 0 = never
     timestamp: int = 0  # ms since epoch when the server received it
     # Bytes counted against watermarks: body plus header text (derived, not stored).

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from wiremq.config.groups import SlowSubscriberSettings
 from wiremq.modules.flow.egress_queues import EgressQueues
 
 SPANS = 60  # spans per window: bounds a meter's memory, sets its precision
@@ -148,17 +149,23 @@ class SlowSubscriberPolicy:
 
     A client is WARN at ``warn_share`` of blocked time or more. It is
     DISCONNECT at ``disconnect_share`` or more, but only with
-    ``disconnect_enabled`` (off by default) and while the egress load
+    ``disconnect_enabled`` and while the egress load
     factor is at least ``disconnect_load_factor`` percent: as in Solace, slow
     subscribers are disconnected to relieve egress buffers, not merely for
     being slow. A client that would be disconnected but for those two
     conditions is WARN, so the warning always comes first.
     """
 
-    warn_share: float = 0.5
-    disconnect_share: float = 0.9
-    disconnect_enabled: bool = False
-    disconnect_load_factor: float = 100.0
+    warn_share: float
+    disconnect_share: float
+    disconnect_enabled: bool
+    disconnect_load_factor: float
+
+    @classmethod
+    def of(cls, settings: SlowSubscriberSettings) -> SlowSubscriberPolicy:
+        return cls(
+            settings.warnshare, settings.disconnectshare, settings.disconnect, settings.loadfactor
+        )
 
     def __post_init__(self) -> None:
         if not 0 <= self.warn_share <= self.disconnect_share <= 1:

@@ -91,13 +91,8 @@ class Threshold:
         return f"Threshold(high={self._high}, low={self._low}, set={self._set})"
 
 
-def percent_threshold(
-    capacity: float, set_percent: float = 80, clear_percent: float = 60
-) -> Threshold:
-    """A usage-event threshold at percentages of ``capacity`` (OFF capacity: off).
-
-    The defaults are the set (80 %) and clear (60 %) levels of usage events.
-    """
+def percent_threshold(capacity: float, set_percent: float, clear_percent: float) -> Threshold:
+    """A usage-event threshold at percentages of ``capacity`` (OFF capacity: off)."""
     if capacity == OFF:
         return Threshold(OFF, OFF)
     if not 0 <= clear_percent <= set_percent:

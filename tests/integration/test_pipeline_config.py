@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration import plugins
-from tests.integration.clients import connect
+from tests.integration.clients import connect, until
 from wiremq.config.xmlconfig import ConfigError
 from wiremq.modules.prioqueue import PrioQueueModule
 
@@ -74,3 +77,50 @@ def test_a_broken_pipeline_is_refused_with_the_file_and_line(start_server, p2p, 
         start_server(_config(p2p, DEFAULT))
     assert problem in str(raised.value)
     assert ".xml:1" in str(raised.value)
+
+
+AFTER_STORAGE = ["admission", "transaction", "prioqueue", "storage"]
+
+
+def test_a_module_between_storage_and_distributing_can_delay_and_the_producer_waits(
+    start_server,
+):
+    delaying = [*AFTER_STORAGE, f"{PLUGINS}:DelayingModule", "distributing"]
+    server = start_server(_config(delaying, delaying))
+    consumer, recorder = connect(server.port)
+    consumer.subscribe("/queue/slow", id="1", headers={"receipt": "s"})
+    assert recorder.wait_until(lambda: "s" in recorder.receipts)
+    producer, producer_recorder = connect(server.port)
+    for persistent in ("false", "true"):
+        started = time.monotonic()
+        producer.send(
+            "/queue/slow", persistent, headers={"persistent": persistent}, receipt=persistent
+        )
+        assert producer_recorder.wait_until(lambda p=persistent: p in producer_recorder.receipts)
+        assert time.monotonic() - started >= plugins.DELAY  # the receipt waited for the module
+    assert [m.body for m in recorder.wait_for_messages(2)] == ["false", "true"]
+
+
+def test_a_module_between_storage_and_distributing_can_refuse_and_the_producer_is_told(
+    start_server, tmp_path
+):
+    refusing = [*AFTER_STORAGE, f"{PLUGINS}:RefusingModule", "distributing"]
+    config = _config(refusing, refusing)
+    server = start_server(config)
+    producer, recorder = connect(server.port)
+    producer.send("/queue/picky", "kept", headers={"persistent": "true"}, receipt="kept")
+    assert recorder.wait_until(lambda: "kept" in recorder.receipts)
+    producer.send("/queue/picky", "refuse me", headers={"persistent": "true"}, receipt="no")
+    assert recorder.wait_until(lambda: recorder.errors)
+    [error] = recorder.errors
+    assert error.headers["receipt-id"] == "no"
+    assert error.headers["message"] == "message not accepted"
+    assert "refused by the test module" in error.body
+    # The refused message was stored before the module saw it: it leaves the store again.
+    assert until(lambda: server.store.count("/queue/picky")[0] == 1, 10, every=0.05)
+    call_in_reactor(server.reactor, server.stop)
+    again = start_server(config)
+    consumer, consumer_recorder = connect(again.port)
+    consumer.subscribe("/queue/picky", id="1")
+    assert [m.body for m in consumer_recorder.wait_for_messages(1)] == ["kept"]
+    assert not consumer_recorder.wait_until(lambda: len(consumer_recorder.messages) > 1, 1.5)

@@ -3,7 +3,9 @@
 import pytest
 
 from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
+from tests.defaults import SETTINGS
 from tests.fakes import FakeRuntime
+from wiremq.config.groups import SlowSubscriberSettings
 from wiremq.modules.flow.egress_queues import (
     EgressQueue,
     EgressQueues,
@@ -161,12 +163,15 @@ def test_egress_load_factor(queued: list[int], capacity: int | None, factor: flo
 def test_slow_subscriber_verdict(
     enabled: bool, share: float, load: float, verdict: Verdict
 ) -> None:
-    policy = SlowSubscriberPolicy(warn_share=0.5, disconnect_share=0.9, disconnect_enabled=enabled)
+    policy = SlowSubscriberPolicy(
+        warn_share=0.5, disconnect_share=0.9, disconnect_enabled=enabled, disconnect_load_factor=100
+    )
     assert policy.verdict(share, load) is verdict
 
 
 def test_disconnecting_is_off_by_default() -> None:
-    assert SlowSubscriberPolicy().verdict(1.0, 1000) is Verdict.WARN
+    policy = SlowSubscriberPolicy.of(SlowSubscriberSettings.read(SETTINGS, "SlowSubscriber"))
+    assert policy.verdict(1.0, 1000) is Verdict.WARN
 
 
 @pytest.mark.parametrize(
@@ -179,5 +184,11 @@ def test_disconnecting_is_off_by_default() -> None:
     ],
 )
 def test_policy_refuses_bad_thresholds(arguments: dict[str, float]) -> None:
+    valid = {
+        "warn_share": 0.5,
+        "disconnect_share": 0.9,
+        "disconnect_enabled": False,
+        "disconnect_load_factor": 100.0,
+    }
     with pytest.raises(ValueError):
-        SlowSubscriberPolicy(**arguments)
+        SlowSubscriberPolicy(**{**valid, **arguments})

@@ -85,14 +85,14 @@ def test_configure_can_set_a_clear_threshold() -> None:
     assert threshold.is_set
 
 
-def test_percent_threshold_defaults_to_80_and_60_percent() -> None:
-    threshold = percent_threshold(1000)
+def test_percent_threshold_at_80_and_60_percent() -> None:
+    threshold = percent_threshold(1000, 80, 60)
     assert (threshold.high, threshold.low) == (800, 600)
     assert run(threshold, [799, 800, 601, 600]) == [None, SET, None, CLEAR]
 
 
 def test_percent_threshold_of_an_off_capacity_is_off() -> None:
-    assert not percent_threshold(OFF).enabled
+    assert not percent_threshold(OFF, 80, 60).enabled
 
 
 @pytest.mark.parametrize(("set_percent", "clear_percent"), [(60, 80), (80, -1)])

@@ -1,0 +1,3 @@
+"""Fixtures of the unit tests."""
+
+from tests.unit.net import make_net  # noqa: F401 - a fixture
