@@ -128,17 +128,8 @@ class ClientConnection:
                     if domain != self._sends_domain:
                         self._submit()
                         self._sends_domain = domain
-                    headers = event.headers
                     self._sends.append(
-                        Message(
-                            new_message(),
-                            destination,
-                            headers,
-                            event.body,
-                            receipt=headers.get("receipt"),
-                            transaction=headers.get("transaction"),
-                            origin=self,
-                        )
+                        Message(new_message(), destination, event.headers, event.body, self)
                     )
                     self.inflight += 1
                     continue

@@ -8,12 +8,12 @@ import os
 
 class Ids:
     def __init__(self) -> None:
-        self._prefix = f"wmq-{os.urandom(4).hex()}-"
-        self._messages = itertools.count(1)
-        self._sessions = itertools.count(1)
+        prefix = f"wmq-{os.urandom(4).hex()}-"
+        self._messages = map(f"{prefix}{{}}".format, itertools.count(1))
+        self._sessions = map(f"{prefix}s{{}}".format, itertools.count(1))
 
     def message(self) -> str:
-        return f"{self._prefix}{next(self._messages)}"
+        return next(self._messages)
 
     def session(self) -> str:
-        return f"{self._prefix}s{next(self._sessions)}"
+        return next(self._sessions)

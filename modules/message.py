@@ -14,8 +14,6 @@ from wiremq.modules.stomp.encoder import message_tail
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from wiremq.modules.destination import Destination
     from wiremq.modules.errors import Refused
     from wiremq.modules.transaction import Unit
@@ -67,9 +65,6 @@ class Message:
         destination: str,
         headers: dict[str, str],
         body: bytes,
-        *,
-        receipt: str | None = None,
-        transaction: str | None = None,
         origin: MessageOrigin | None = None,
         expires: int = 0,
     ) -> None:
@@ -88,28 +83,32 @@ class Message:
             if self.persistent
             else BY_CLASS_OF_SERVICE.get(headers.get(CLASS_OF_SERVICE, "1"), EgressQueue.D1)
         )
-        self.receipt = receipt
-        self.transaction = transaction
+        self.receipt = headers.get("receipt")
+        self.transaction = headers.get("transaction")
         self.origin = origin
         self.target: Destination | None = None  # resolved by the connection that received it
         self.size = len(body)
         self.redelivered = False
         self.unit: Unit | None = None  # the committed transaction it belongs to
-        self._wire: dict[str, bytes] = {}
+        self._wire: dict[str, bytes] | None = None  # its tail by flavour, once encoded
 
     @property
-    def user_headers(self) -> Iterable[tuple[str, str]]:
+    def user_headers(self) -> list[tuple[str, str]]:
         """Headers passed on to consumers."""
-        return ((k, v) for k, v in self.headers.items() if k not in _FRAME_ONLY_HEADERS)
+        return [(k, v) for k, v in self.headers.items() if k not in _FRAME_ONLY_HEADERS]
 
     def wire_tail(self, flavour: str) -> bytes:
         """The MESSAGE frame after its subscription/ack lines, escaped for ``flavour``."""
-        cached = self._wire.get(flavour)
+        wire = self._wire
+        if wire is None:
+            wire = self._wire = {}
+        cached = wire.get(flavour)
         if cached is None:
-            cached = self._wire[flavour] = message_tail(
+            cached = wire[flavour] = message_tail(
                 self.message_id,
                 self.destination,
-                self.user_headers,
+                self.headers,
+                _FRAME_ONLY_HEADERS,
                 self.body,
                 self.redelivered,
                 flavour,
@@ -165,7 +164,7 @@ class Message:
         """Flag the message for its next delivery; its cached wire form changes."""
         if not self.redelivered:
             self.redelivered = True
-            self._wire.clear()
+            self._wire = None
 
     def __repr__(self) -> str:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"

@@ -30,7 +30,8 @@ class Queue(Destination):
 
     def __init__(self, name: str, services: DestinationServices) -> None:
         super().__init__(name, services)
-        self.store = services.volatile
+        self.fifo = services.volatile.fifo(name)  # its non-persistent messages (VolQueueStore)
+        self._volatile_delta = [0, 0]  # messages, bytes in or out since the watermarks knew
         self.persistence = services.persistence
         self.reading = QueueStoreSettings.read(services.settings, "PersQueueFileStore")
         self.cache: deque[Message] = deque()  # the queue live buffer, in store order
@@ -54,12 +55,19 @@ class Queue(Destination):
         if message.store_seq:
             self._cache_or_leave(message)
         else:
-            self.store.append(self.name, message)
-            self._count_volatile(1, message.size)
+            self.fifo.append(message)
+            delta = self._volatile_delta
+            delta[0] += 1
+            delta[1] += message.size
 
-    def _count_volatile(self, messages: int, nbytes: int) -> None:
-        """Messages entering (positive) or leaving (negative) the VolQueueStore."""
-        count_into((self.volatile, self.own_volatile), messages, nbytes)
+    def _count_volatile(self) -> None:
+        """Tell the VolQueueStore watermarks what came in and went out since they last knew:
+        once per dispatch, not per message (a message passing straight through moves
+        nothing)."""
+        delta = self._volatile_delta
+        if delta[0] or delta[1]:
+            count_into((self.volatile, self.own_volatile), delta[0], delta[1])
+            delta[0] = delta[1] = 0
 
     def _cache_or_leave(self, message: Message) -> None:
         persistence = self.persistence
@@ -90,7 +98,8 @@ class Queue(Destination):
 
     def _peek(self) -> Message | None:
         """The next message to deliver: the older of the two delivery modes' heads."""
-        volatile = self.store.peek(self.name)
+        items = self.fifo.items
+        volatile = items[0] if items else None
         if not self.cache:
             return volatile
         cached = self.cache[0]
@@ -104,14 +113,17 @@ class Queue(Destination):
             self.cache.popleft()
             self._cache_count(-message.size)
         else:
-            self.store.pop(self.name)
-            self._count_volatile(-1, -message.size)
+            self.fifo.pop()
+            delta = self._volatile_delta
+            delta[0] -= 1
+            delta[1] -= message.size
 
     def dispatch(self) -> None:
         """Hand waiting messages to ready consumers, one each in turn."""
         consumers = self.consumers
         count = len(consumers)
         if not count:
+            self._count_volatile()
             return
         runtime = self.services.runtime
         turn = self._next
@@ -138,6 +150,7 @@ class Queue(Destination):
             consumer.deliver(message)
             message = self._peek()
         self._next = turn % count
+        self._count_volatile()
         self.last_dispatch = runtime.monotonic()
         if expired:
             self.expired(expired)
@@ -173,8 +186,9 @@ class Queue(Destination):
             message.mark_redelivered()
         volatile = [m for m in messages if not m.store_seq]
         if volatile:
-            self.store.push_front(self.name, volatile)
-            self._count_volatile(len(volatile), sum(m.size for m in volatile))
+            self.fifo.push_front(volatile)
+            self._volatile_delta[0] += len(volatile)
+            self._volatile_delta[1] += sum(m.size for m in volatile)
         for message in reversed([m for m in messages if m.store_seq]):
             self._cache_append(message, front=True)
         self.dispatch()
@@ -229,9 +243,11 @@ class Queue(Destination):
 
     def sweep_volatile(self, now_ms: int) -> None:
         """The VolQueueStore's cleanup: remove expired non-persistent messages."""
-        expired = self.store.remove_if(self.name, lambda m: m.expired(now_ms))
+        expired = self.fifo.remove_if(lambda m: m.expired(now_ms))
         if expired:
-            self._count_volatile(-len(expired), -sum(m.size for m in expired))
+            self._volatile_delta[0] -= len(expired)
+            self._volatile_delta[1] -= sum(m.size for m in expired)
+            self._count_volatile()
             self.expired(expired)
 
     def sweep_cache(self, now_ms: int, idle_for: float) -> None:
@@ -263,8 +279,8 @@ class Queue(Destination):
             "consumers": len(self.consumers),
             "ready_consumers": sum(1 for c in self.consumers if c.ready),
             "producers": len(self.producers),
-            "volatile_messages": self.store.count(self.name),
-            "volatile_bytes": self.store.byte_count(self.name),
+            "volatile_messages": len(self.fifo),
+            "volatile_bytes": self.fifo.bytes,
             "live_buffer_messages": len(self.cache),
             "live_buffer_bytes": self.cache_bytes,
             "backlog_in_store": self.backlog_after is not None,

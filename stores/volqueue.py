@@ -1,13 +1,14 @@
 """VolQueueStore: non-persistent queue messages held in memory until delivered.
 
-Counts messages and bytes per queue and in total, so that flow control and the
-admin console read them without a scan.
+Each queue has one ``VolatileFifo`` (its messages in order, and their bytes),
+which the queue uses directly: the VolQueueStore only knows them all, so that
+counts per queue and in total are read without a scan of messages.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 
@@ -18,81 +19,83 @@ class Sized(Protocol):
 M = TypeVar("M", bound=Sized)
 
 
-class VolQueueStore(Generic[M]):
-    """Per-queue FIFOs of messages, with message and byte counts."""
+class VolatileFifo(Generic[M]):
+    """One queue's non-persistent messages, oldest first, and their bytes."""
+
+    __slots__ = ("items", "bytes")
 
     def __init__(self) -> None:
-        self._queues: dict[str, deque[M]] = {}
-        self._bytes: dict[str, int] = {}
-        self.total_messages = 0
-        self.total_bytes = 0
+        self.items: deque[M] = deque()
+        self.bytes = 0
 
-    def _fifo(self, queue: str, message: M) -> deque[M]:
-        """The queue's FIFO, with ``message`` counted in."""
-        fifo = self._queues.get(queue)
-        if fifo is None:
-            fifo = self._queues[queue] = deque()
-            self._bytes[queue] = 0
-        self._bytes[queue] += message.size
-        self.total_messages += 1
-        self.total_bytes += message.size
-        return fifo
+    def __len__(self) -> int:
+        return len(self.items)
 
-    def append(self, queue: str, message: M) -> None:
-        """Add a message at the back of ``queue``."""
-        self._fifo(queue, message).append(message)
+    def append(self, message: M) -> None:
+        self.items.append(message)
+        self.bytes += message.size
 
-    def push_front(self, queue: str, messages: Iterable[M]) -> None:
-        """Put messages back at the front of ``queue``, keeping their order (redelivery)."""
+    def push_front(self, messages: Iterable[M]) -> None:
+        """Put messages back at the front, keeping their order (redelivery)."""
         for message in reversed(list(messages)):
-            self._fifo(queue, message).appendleft(message)
+            self.items.appendleft(message)
+            self.bytes += message.size
 
-    def pop(self, queue: str) -> M | None:
-        """Remove and return the oldest message of ``queue``, or None if it is empty."""
-        fifo = self._queues.get(queue)
-        if not fifo:
+    def pop(self) -> M | None:
+        """Remove and return the oldest message, or None if there is none."""
+        if not self.items:
             return None
-        message = fifo.popleft()
-        self._bytes[queue] -= message.size
-        self.total_messages -= 1
-        self.total_bytes -= message.size
+        message = self.items.popleft()
+        self.bytes -= message.size
         return message
 
-    def peek(self, queue: str) -> M | None:
-        """The oldest message of ``queue`` without removing it."""
-        fifo = self._queues.get(queue)
-        return fifo[0] if fifo else None
+    def peek(self) -> M | None:
+        return self.items[0] if self.items else None
 
-    def remove_if(self, queue: str, condition: Callable[[M], bool]) -> list[M]:
-        """Remove and return the messages of ``queue`` that meet ``condition`` (a cleanup pass)."""
-        fifo = self._queues.get(queue)
-        if not fifo:
-            return []
-        removed: list[M] = []
-        kept: list[M] = []
-        for message in fifo:
-            (removed if condition(message) else kept).append(message)
+    def remove_if(self, condition: Callable[[M], bool]) -> list[M]:
+        """Remove and return the messages that meet ``condition`` (a cleanup pass)."""
+        removed = [m for m in self.items if condition(m)]
         if removed:
-            fifo.clear()
-            fifo.extend(kept)
-            size = sum(m.size for m in removed)
-            self._bytes[queue] -= size
-            self.total_messages -= len(removed)
-            self.total_bytes -= size
+            kept = [m for m in self.items if not condition(m)]
+            self.items.clear()
+            self.items.extend(kept)
+            self.bytes -= sum(m.size for m in removed)
         return removed
 
-    def count(self, queue: str) -> int:
-        fifo = self._queues.get(queue)
-        return len(fifo) if fifo else 0
 
-    def byte_count(self, queue: str) -> int:
-        return self._bytes.get(queue, 0)
+class VolQueueStore(Generic[M]):
+    """The FIFOs of every queue, with message and byte counts."""
+
+    def __init__(self) -> None:
+        self._fifos: dict[str, VolatileFifo[M]] = {}
+
+    def fifo(self, queue: str) -> VolatileFifo[M]:
+        """The FIFO of ``queue``, created on first use."""
+        fifo = self._fifos.get(queue)
+        if fifo is None:
+            fifo = self._fifos[queue] = VolatileFifo()
+        return fifo
 
     def drop(self, queue: str) -> list[M]:
         """Remove a queue and return what it held."""
-        fifo = self._queues.pop(queue, None)
-        self._bytes.pop(queue, None)
-        messages = list(fifo or ())
-        self.total_messages -= len(messages)
-        self.total_bytes -= sum(m.size for m in messages)
-        return messages
+        fifo = self._fifos.pop(queue, None)
+        return list(fifo.items) if fifo is not None else []
+
+    def __iter__(self) -> Iterator[tuple[str, VolatileFifo[M]]]:
+        return iter(list(self._fifos.items()))
+
+    def count(self, queue: str) -> int:
+        fifo = self._fifos.get(queue)
+        return len(fifo) if fifo is not None else 0
+
+    def byte_count(self, queue: str) -> int:
+        fifo = self._fifos.get(queue)
+        return fifo.bytes if fifo is not None else 0
+
+    @property
+    def total_messages(self) -> int:
+        return sum(len(f) for f in self._fifos.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self._fifos.values())

@@ -3,7 +3,10 @@
 Nothing here touches a socket or a clock, so it is tested with plain bytes and
 fuzzed. The decoder keeps one buffer per connection and never rescans bytes it
 has already searched, so a large body arriving in many small pieces costs
-linear time.
+linear time. Plain, complete frames (no CR or backslash in the head, nothing
+near a limit) are decoded by the C fast path of ``_fast.c``; everything else,
+every error included, by the Python code here, which is the definition of
+what a frame is.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from wiremq.modules.stomp._fast import scan
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 _ESCAPES_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
@@ -116,8 +120,22 @@ class FrameDecoder:
             buf = data
         pos = 0
         end = len(buf)
+        limits = self.limits
         while pos < end:
             pending = self._pending
+            if pending is None and self._scanned == 0 and self.version is not None:
+                # Plain complete frames in C; this loop takes whatever it leaves.
+                pos = scan(
+                    buf,
+                    pos,
+                    frames,
+                    Frame,
+                    limits.max_body_bytes,
+                    limits.max_headers,
+                    limits.max_header_bytes,
+                )
+                if pos >= end:
+                    break
             if pending is None:
                 c = buf[pos]
                 if c == 10:  # heart-beat, or an EOL after a frame's NUL

@@ -41,6 +41,7 @@ from wiremq.modules.stomp.events import (
 from wiremq.modules.stomp.frames import VERSIONS, Frame, ProtocolError
 
 ACK_MODES = ("auto", "client", "client-individual")
+_new = tuple.__new__  # a SEND's event without the NamedTuple's Python-level __new__: hot path
 SERVER_NAME = "wiremq"
 
 
@@ -114,14 +115,18 @@ class StompSession:
             events.append(self._request(frames[0], self._connect))
             frames = self._decode(b"", events) if self.reading else []
         requests = self._requests
-        for frame in frames:
-            if not self.reading:
-                break
-            action = requests.get(frame.command)
-            if action is None:
-                events.append(self._bad(frame, _unknown_command(frame.command)))
-            else:
-                events.append(self._request(frame, action))
+        append = events.append
+        frame = None
+        try:
+            for frame in frames:
+                if not self.reading:
+                    break
+                action = requests.get(frame.command)
+                if action is None:
+                    raise _unknown_command(frame.command)
+                append(action(frame))
+        except ProtocolError as refused:
+            append(self._bad(frame, refused))
         error = self.decoder.error
         if error is not None and self.reading:
             events.append(self._bad(None, error))
@@ -229,7 +234,10 @@ class StompSession:
         return Connect(frame.headers)
 
     def _send(self, frame: Frame) -> Send:
-        return Send(_require(frame, "destination"), frame.headers, frame.body)
+        destination = frame.headers.get("destination")
+        if not destination:
+            raise _missing(frame, "destination")
+        return _new(Send, (destination, frame.headers, frame.body))
 
     def _subscribe(self, frame: Frame) -> Subscribe:
         destination = _require(frame, "destination")
@@ -289,10 +297,14 @@ class StompSession:
 def _require(frame: Frame, name: str) -> str:
     value = frame.headers.get(name)
     if value is None or (not value and name != "transaction"):
-        raise ProtocolError(
-            f"missing {name} header", f"a {frame.command} frame needs a '{name}' header"
-        )
+        raise _missing(frame, name)
     return value
+
+
+def _missing(frame: Frame, name: str) -> ProtocolError:
+    return ProtocolError(
+        f"missing {name} header", f"a {frame.command} frame needs a '{name}' header"
+    )
 
 
 def _unknown_command(command: str) -> ProtocolError:

@@ -1,11 +1,15 @@
-"""Property tests of the decoder: no lost frame boundary, no error but ProtocolError."""
+"""Property tests of the decoder: no lost frame boundary, no error but ProtocolError, and
+the C fast path agreeing with the Python decoder on any input."""
+
+from unittest.mock import patch
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.defaults import LIMITS
+from tests.defaults import LIMITS, decoder
+from wiremq.modules.stomp import codec
 from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape
-from wiremq.modules.stomp.encoder import encode_frame
+from wiremq.modules.stomp.encoder import encode_frame, message_tail
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -147,3 +151,72 @@ def test_arbitrary_bytes_raise_nothing_but_protocol_error(data, cuts, version, l
                 pass
     except ProtocolError as error:
         assert error.message
+
+
+def _outcome(data: bytes, cuts: list[int], version: str, limits: DecoderLimits):
+    """Every frame decoded and the error (message, detail) the stream ends in, if any."""
+    decoder = FrameDecoder(limits)
+    decoder.version = version
+    decoded: list[Frame] = []
+    try:
+        for piece in chunked(data, cuts):
+            decoded += decoder.feed(piece)
+    except ProtocolError as error:
+        return decoded, (error.message, error.detail)
+    return decoded, decoder.buffered
+
+
+@FUZZ
+@given(
+    data=st.lists(STOMPISH | st.binary(max_size=8), max_size=40).map(b"".join)
+    | streams(["encode_frame", "no-length", "crlf"]).map(lambda s: b"".join(s[1])),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+    version=st.sampled_from(["1.0", "1.1", "1.2"]),
+    limits=st.builds(
+        DecoderLimits,
+        max_body_bytes=st.integers(0, 64),
+        max_headers=st.integers(1, 8),
+        max_header_bytes=st.integers(1, 64),
+    ),
+)
+@example(data=b"SEND\na:b\n\nxy\0MESSAGE\n\n\0", cuts=[], version="1.2", limits=LIMITS)
+def test_the_c_fast_path_decodes_exactly_as_the_python_decoder(data, cuts, version, limits):
+    """With the fast path of _scan.c and without it, the same frames and the same error."""
+    with_c = _outcome(data, cuts, version, limits)
+    with patch.object(codec, "scan", lambda buf, pos, *rest: pos):
+        python_only = _outcome(data, cuts, version, limits)
+    assert with_c == python_only
+
+
+def test_the_c_fast_path_takes_plain_frames():
+    frames: list[Frame] = []
+    wire = b"\nSEND\ndestination:/queue/a\ncontent-length:2\n\nhi\0MESSAGE\nx:\xc3\xa9\n\n\0"
+    end = codec.scan(wire, 0, frames, Frame, 100, 10, 100)
+    assert end == len(wire)
+    assert frames == [
+        Frame("SEND", {"destination": "/queue/a", "content-length": "2"}, b"hi"),
+        Frame("MESSAGE", {"x": "é"}, b""),
+    ]
+    assert codec.scan(b"SEND\na\\cb:1\n\n\0", 0, [], Frame, 100, 10, 100) == 0  # an escape
+
+
+@FUZZ
+@given(
+    version=st.sampled_from(["1.1", "1.2"]),
+    data=st.data(),
+)
+def test_a_message_tail_decodes_to_its_headers(version, data):
+    """The encoder's fast path (join, then check) and its escaping path agree with the decoder."""
+    names = text(version, value=False).filter(lambda n: n not in ("content-length", "x"))
+    headers = dict(data.draw(st.lists(st.tuples(names, text(version, value=True)), max_size=5)))
+    headers["x"] = "dropped"
+    destination = data.draw(text(version, value=True))
+    body = data.draw(st.binary(max_size=16))
+    tail = message_tail("id:1", destination, headers, frozenset({"x"}), body, False, version)
+    [frame] = decoder(version).feed(b"MESSAGE\nsubscription:1\n" + tail)
+    expected = {"subscription": "1", "message-id": "id:1", "destination": destination}
+    for name, value in headers.items():
+        if name != "x":
+            expected.setdefault(name, value)
+    expected.setdefault("content-length", str(len(body)))
+    assert frame == Frame("MESSAGE", expected, body)

@@ -20,8 +20,8 @@ A, B, C, D = Msg("a", 10), Msg("b", 20), Msg("c", 30), Msg("d", 40)
 def store():
     store = VolQueueStore()
     for message in (A, B, C):
-        store.append("/queue/q", message)
-    store.append("/queue/other", D)
+        store.fifo("/queue/q").append(message)
+    store.fifo("/queue/other").append(D)
     return store
 
 
@@ -32,33 +32,42 @@ def test_counts_per_queue_and_in_total(store):
 
 
 def test_pop_is_fifo_and_updates_counts(store):
-    assert [store.pop("/queue/q") for _ in range(4)] == [A, B, C, None]
+    fifo = store.fifo("/queue/q")
+    assert [fifo.pop() for _ in range(4)] == [A, B, C, None]
     assert (store.count("/queue/q"), store.byte_count("/queue/q")) == (0, 0)
     assert (store.total_messages, store.total_bytes) == (1, 40)
 
 
 def test_unknown_queue_is_empty(store):
-    assert store.pop("/queue/none") is None
     assert (store.count("/queue/none"), store.byte_count("/queue/none")) == (0, 0)
     assert store.drop("/queue/none") == []
     assert store.total_messages == 4
 
 
 def test_push_front_keeps_order_ahead_of_waiting_messages(store):
-    store.pop("/queue/q")
-    store.push_front("/queue/q", iter([D, A]))
-    assert [store.pop("/queue/q") for _ in range(4)] == [D, A, B, C]
+    fifo = store.fifo("/queue/q")
+    fifo.pop()
+    fifo.push_front(iter([D, A]))
+    assert fifo.peek() == D
+    assert [fifo.pop() for _ in range(4)] == [D, A, B, C]
 
 
 def test_push_front_onto_a_new_queue_counts_it(store):
-    store.push_front("/queue/new", [A, B])
+    store.fifo("/queue/new").push_front([A, B])
     assert (store.count("/queue/new"), store.byte_count("/queue/new")) == (2, 30)
     assert (store.total_messages, store.total_bytes) == (6, 130)
+
+
+def test_remove_if_takes_out_what_matches_and_keeps_the_order(store):
+    fifo = store.fifo("/queue/q")
+    assert fifo.remove_if(lambda m: m.size == 20) == [B]
+    assert [fifo.pop() for _ in range(2)] == [A, C]
+    assert store.byte_count("/queue/q") == 0
 
 
 def test_drop_returns_the_messages_and_forgets_the_queue(store):
     assert store.drop("/queue/q") == [A, B, C]
     assert (store.count("/queue/q"), store.byte_count("/queue/q")) == (0, 0)
     assert (store.total_messages, store.total_bytes) == (1, 40)
-    store.append("/queue/q", D)
+    store.fifo("/queue/q").append(D)
     assert (store.count("/queue/q"), store.byte_count("/queue/q")) == (1, 40)

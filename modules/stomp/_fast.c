@@ -1,0 +1,390 @@
+/* The codec's fast paths, in C: decoding plain frames, encoding plain MESSAGE tails.
+ *
+ * scan(buf, pos, frames, frame, max_body, max_headers, max_header_bytes) -> pos
+ *
+ * Appends frame(command, headers, body) to `frames` for every frame of `buf`
+ * from `pos` on that is complete and plain, and returns the position of the
+ * first byte it did not take. It stops, leaving the rest to the decoder in
+ * codec.py, at anything it does not handle: an incomplete frame, a carriage
+ * return or a backslash in a frame head (line endings and escapes), a head
+ * that is not UTF-8, a header line without a colon, too many headers or a
+ * line too long, a content-length that is not plain digits or over the limit,
+ * a body over the limit or not followed by NUL. The decoder in codec.py
+ * handles all of those, and every error, so this file decides nothing a
+ * frame's meaning depends on: what it accepts, codec.py accepts the same way
+ * (tests/unit/test_codec_fuzz.py checks that the two agree on any input).
+ *
+ * message_tail(message_id, destination, headers, exclude, body, redelivered) -> bytes | None
+ *
+ * The MESSAGE frame after its per-delivery head, as encoder.message_tail builds
+ * it, when no header (name or value, destination included) holds a character
+ * that needs escaping in some STOMP version (backslash, CR, LF, colon); None
+ * otherwise, and encoder.message_tail escapes them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *content_length_key;
+
+/* The str of buf[start:stop], or NULL (no error set) if it is not UTF-8. */
+static PyObject *
+text_of(const char *buf, Py_ssize_t start, Py_ssize_t stop)
+{
+    PyObject *text = PyUnicode_DecodeUTF8(buf + start, stop - start, NULL);
+    if (text == NULL) {
+        PyErr_Clear();
+    }
+    return text;
+}
+
+/* Parse the head buf[start:stop] (command and header lines, no CR, no backslash).
+ * Returns 1 and sets *command and *headers, 0 if the slow path must take it, -1 on
+ * a Python error. */
+static int
+parse_head(const char *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t max_headers,
+           Py_ssize_t max_header_bytes, PyObject **command, PyObject **headers)
+{
+    const char *eol = memchr(buf + start, '\n', stop - start);
+    Py_ssize_t line_end = eol ? eol - buf : stop;
+    if (line_end - start > max_header_bytes) {
+        return 0;
+    }
+    PyObject *cmd = text_of(buf, start, line_end);
+    if (cmd == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    PyObject *dict = PyDict_New();
+    if (dict == NULL) {
+        Py_DECREF(cmd);
+        return -1;
+    }
+    Py_ssize_t count = 0;
+    Py_ssize_t pos = line_end + 1;
+    while (pos <= stop && line_end < stop) {
+        eol = memchr(buf + pos, '\n', stop - pos);
+        line_end = eol ? eol - buf : stop;
+        if (++count > max_headers || line_end - pos > max_header_bytes) {
+            goto slow;
+        }
+        const char *colon = memchr(buf + pos, ':', line_end - pos);
+        if (colon == NULL) {
+            goto slow;
+        }
+        Py_ssize_t split = colon - buf;
+        PyObject *name = text_of(buf, pos, split);
+        if (name == NULL) {
+            goto slow;
+        }
+        PyObject *value = text_of(buf, split + 1, line_end);
+        if (value == NULL) {
+            Py_DECREF(name);
+            goto slow;
+        }
+        PyObject *kept = PyDict_SetDefault(dict, name, value); /* the first one wins */
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (kept == NULL) {
+            goto error;
+        }
+        pos = line_end + 1;
+    }
+    *command = cmd;
+    *headers = dict;
+    return 1;
+slow:
+    Py_DECREF(cmd);
+    Py_DECREF(dict);
+    return PyErr_Occurred() ? -1 : 0;
+error:
+    Py_DECREF(cmd);
+    Py_DECREF(dict);
+    return -1;
+}
+
+/* The body length a content-length header gives: >= 0, -1 if there is none, -2 if
+ * the slow path must judge it (not plain ASCII digits, or over max_body). */
+static Py_ssize_t
+content_length(PyObject *headers, Py_ssize_t max_body)
+{
+    PyObject *text = PyDict_GetItemWithError(headers, content_length_key);
+    if (text == NULL) {
+        return PyErr_Occurred() ? -3 : -1;
+    }
+    Py_ssize_t size;
+    const char *digits = PyUnicode_AsUTF8AndSize(text, &size);
+    if (digits == NULL) {
+        return -3;
+    }
+    if (size == 0 || size > 18) {
+        return -2;
+    }
+    Py_ssize_t length = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (digits[i] < '0' || digits[i] > '9') {
+            return -2;
+        }
+        length = length * 10 + (digits[i] - '0');
+    }
+    return length > max_body ? -2 : length;
+}
+
+static PyObject *
+scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes 7 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    PyObject *frames = args[2];
+    PyObject *frame_type = args[3];
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t max_headers = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t max_header_bytes = PyLong_AsSsize_t(args[6]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyBytes_Check(data) || !PyList_Check(frames) || !PyType_Check(frame_type)
+        || !PyType_IsSubtype((PyTypeObject *)frame_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "scan() needs bytes, a list and a tuple type");
+        return NULL;
+    }
+    const char *buf = PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data);
+    while (pos < end) {
+        Py_ssize_t start = pos;
+        while (start < end && buf[start] == '\n') { /* heart-beats, EOLs after NUL */
+            start++;
+        }
+        if (start >= end) {
+            pos = start;
+            break;
+        }
+        /* The head ends at the first blank line; it must hold no CR and no backslash. */
+        Py_ssize_t head_end = -1;
+        for (Py_ssize_t i = start; i + 1 < end; i++) {
+            char c = buf[i];
+            if (c == '\r' || c == '\\') {
+                goto done;
+            }
+            if (c == '\n' && buf[i + 1] == '\n') {
+                head_end = i;
+                break;
+            }
+        }
+        if (head_end < 0) {
+            goto done;
+        }
+        PyObject *command = NULL, *headers = NULL;
+        int parsed = parse_head(buf, start, head_end, max_headers, max_header_bytes, &command,
+                                &headers);
+        if (parsed <= 0) {
+            if (parsed < 0) {
+                return NULL;
+            }
+            goto done;
+        }
+        Py_ssize_t body_start = head_end + 2;
+        Py_ssize_t length = content_length(headers, max_body);
+        Py_ssize_t body_end;
+        if (length == -3) {
+            Py_DECREF(command);
+            Py_DECREF(headers);
+            return NULL;
+        }
+        if (length >= 0) {
+            body_end = body_start + length;
+            if (body_end >= end || buf[body_end] != '\0') {
+                body_end = -1;
+            }
+        }
+        else if (length == -1) {
+            const char *nul = memchr(buf + body_start, '\0', end - body_start);
+            body_end = nul ? nul - buf : -1;
+            if (body_end - body_start > max_body) {
+                body_end = -1;
+            }
+        }
+        else {
+            body_end = -1;
+        }
+        if (body_end < 0) {
+            Py_DECREF(command);
+            Py_DECREF(headers);
+            goto done;
+        }
+        PyObject *body = PyBytes_FromStringAndSize(buf + body_start, body_end - body_start);
+        if (body == NULL) {
+            Py_DECREF(command);
+            Py_DECREF(headers);
+            return NULL;
+        }
+        /* tuple.__new__(frame, ...): the NamedTuple without its Python-level __new__ */
+        PyObject *items = PyTuple_Pack(3, command, headers, body);
+        Py_DECREF(command);
+        Py_DECREF(headers);
+        Py_DECREF(body);
+        if (items == NULL) {
+            return NULL;
+        }
+        PyObject *new_args = PyTuple_Pack(1, items);
+        Py_DECREF(items);
+        if (new_args == NULL) {
+            return NULL;
+        }
+        PyObject *frame = PyTuple_Type.tp_new((PyTypeObject *)frame_type, new_args, NULL);
+        Py_DECREF(new_args);
+        if (frame == NULL || PyList_Append(frames, frame) < 0) {
+            Py_XDECREF(frame);
+            return NULL;
+        }
+        Py_DECREF(frame);
+        pos = body_end + 1;
+        continue;
+    done:
+        pos = start;
+        break;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+/* Append the UTF-8 of `text` to `out` at *used (growing it); 0 if it holds a character
+ * that needs escaping, -1 on error, 1 if appended. */
+static int
+append_plain(PyObject **out, Py_ssize_t *used, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
+    if (utf8 == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        char c = utf8[i];
+        if (c == '\\' || c == '\n' || c == '\r' || c == ':') {
+            return 0;
+        }
+    }
+    Py_ssize_t have = PyBytes_GET_SIZE(*out);
+    if (*used + size > have && _PyBytes_Resize(out, (*used + size) * 2) < 0) {
+        return -1;
+    }
+    memcpy(PyBytes_AS_STRING(*out) + *used, utf8, size);
+    *used += size;
+    return 1;
+}
+
+static int
+append_raw(PyObject **out, Py_ssize_t *used, const char *raw, Py_ssize_t size)
+{
+    Py_ssize_t have = PyBytes_GET_SIZE(*out);
+    if (*used + size > have && _PyBytes_Resize(out, (*used + size) * 2) < 0) {
+        return -1;
+    }
+    memcpy(PyBytes_AS_STRING(*out) + *used, raw, size);
+    *used += size;
+    return 0;
+}
+
+#define APPEND_RAW(text) \
+    if (append_raw(&out, &used, (text), sizeof(text) - 1) < 0) goto error
+#define APPEND_PLAIN(object)                                  \
+    do {                                                      \
+        int appended = append_plain(&out, &used, (object));   \
+        if (appended <= 0) {                                  \
+            if (appended < 0) goto error;                     \
+            goto escape;                                      \
+        }                                                     \
+    } while (0)
+
+static PyObject *
+message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "message_tail() takes 6 arguments");
+        return NULL;
+    }
+    PyObject *message_id = args[0], *destination = args[1], *headers = args[2];
+    PyObject *exclude = args[3], *body = args[4];
+    int redelivered = PyObject_IsTrue(args[5]);
+    if (redelivered < 0) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(message_id) || !PyUnicode_Check(destination) || !PyDict_Check(headers)
+        || !PyAnySet_Check(exclude) || !PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "message_tail() needs str, str, dict, set, bytes");
+        return NULL;
+    }
+    Py_ssize_t used = 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 256 + PyBytes_GET_SIZE(body));
+    if (out == NULL) {
+        return NULL;
+    }
+    APPEND_RAW("message-id:");
+    APPEND_PLAIN(message_id);
+    if (redelivered) {
+        APPEND_RAW("\nredelivered:true");
+    }
+    APPEND_RAW("\ndestination:");
+    APPEND_PLAIN(destination);
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(headers, &pos, &name, &value)) {
+        int excluded = PySet_Contains(exclude, name);
+        if (excluded < 0) {
+            goto error;
+        }
+        if (excluded) {
+            continue;
+        }
+        if (!PyUnicode_Check(name) || !PyUnicode_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "header names and values must be str");
+            goto error;
+        }
+        APPEND_RAW("\n");
+        APPEND_PLAIN(name);
+        APPEND_RAW(":");
+        APPEND_PLAIN(value);
+    }
+    char length[48];
+    int written = snprintf(length, sizeof(length), "\ncontent-length:%zd\n\n",
+                           PyBytes_GET_SIZE(body));
+    if (append_raw(&out, &used, length, written) < 0
+        || append_raw(&out, &used, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) < 0
+        || append_raw(&out, &used, "", 1) < 0) {
+        goto error;
+    }
+    if (_PyBytes_Resize(&out, used) < 0) {
+        return NULL;
+    }
+    return out;
+escape:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
+     "Decode the plain, complete frames of a buffer (see the file's comment)."},
+    {"message_tail", (PyCFunction)(void (*)(void))message_tail, METH_FASTCALL,
+     "A plain MESSAGE tail, or None when a header needs escaping (see the file's comment)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fast", "The codec's fast paths, in C.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fast(void)
+{
+    content_length_key = PyUnicode_InternFromString("content-length");
+    if (content_length_key == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
