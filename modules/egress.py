@@ -22,8 +22,10 @@ from wiremq.modules.flow.egress_queues import (
     Policy,
     QueueLimits,
 )
+from wiremq.modules.stomp.encoder import with_discard_indication
 
 CONTROL = EgressQueue.C1
+EVERYTHING = 1 << 62  # a budget no drain reaches
 
 
 class EgressWriter(Protocol):
@@ -114,17 +116,26 @@ class Egress:
             self.queued = True
             self.outbox.ready.append(self)
 
-    def take(self) -> list[bytes]:
-        """Remove and return every queued frame's bytes, by priority, telling their owners
-        they were written: what a socket writer does, for sans-io use."""
+    def write_out(self, budget: int) -> list[bytes]:
+        """Take whole frames by priority while fewer than ``budget`` bytes were taken, and
+        return their bytes to write (a MESSAGE after discards says so), telling each
+        frame's owner it was written."""
         parts: list[bytes] = []
-
-        def write(entry: Entry, discarded: int) -> None:
-            parts.append(entry.head + entry.tail)
+        append = parts.append
+        for entry in self.queues.drain(budget):
+            if entry.discarded:
+                append(with_discard_indication(entry.head, entry.discarded))
+            else:
+                append(entry.head)
+            append(entry.tail)
             if entry.owner is not None:
                 entry.owner.written(entry)  # type: ignore[attr-defined]
+        return parts
 
-        self.queues.drain(lambda: True, write)
+    def take(self) -> list[bytes]:
+        """Every queued frame's bytes, then the last frame if the connection is closing:
+        what a socket writer writes, for sans-io use."""
+        parts = self.write_out(EVERYTHING)
         if self.close_requested and self.last_frame:
             parts.append(self.last_frame)
             self.last_frame = b""

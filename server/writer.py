@@ -18,9 +18,7 @@ from twisted.internet.tcp import Connection
 from zope.interface import implementer
 
 from wiremq.modules.egress import Egress
-from wiremq.modules.flow.egress_queues import Entry
 from wiremq.modules.flow.slowness import SlownessMeter
-from wiremq.modules.stomp.encoder import with_discard_indication
 
 
 def abort_if_open(transport: Connection) -> None:
@@ -64,29 +62,7 @@ class SocketWriter:
                 self.slowness.blocked()  # data to send, and the client's window is closed
             return
         if queues.pending:
-            parts: list[bytes] = []
-            size = 0
-            bound = self.bound
-
-            def room() -> bool:
-                return size < bound
-
-            def write(entry: Entry, discarded: int) -> None:
-                nonlocal size
-                head = entry.head
-                if discarded:
-                    head = with_discard_indication(head, discarded)
-                parts.append(head)
-                tail = entry.tail
-                if tail:
-                    parts.append(tail)
-                size += len(head) + len(tail)
-                owner = entry.owner
-                if owner is not None:
-                    owner.written(entry)  # type: ignore[attr-defined]
-
-            queues.drain(room, write)
-            self.transport.writeSequence(parts)
+            self.transport.writeSequence(egress.write_out(self.bound))
             if queues.pending:  # more than one bound's worth: go on once written
                 if not egress.queued:
                     egress.queued = True

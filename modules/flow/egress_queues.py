@@ -107,7 +107,7 @@ class Entry:
     written, and a discard tells it which item was lost.
     """
 
-    __slots__ = ("head", "tail", "owner", "work", "item")
+    __slots__ = ("head", "tail", "owner", "work", "item", "discarded")
 
     def __init__(
         self, head: bytes, tail: bytes, owner: object, work: int, item: object = None
@@ -117,6 +117,7 @@ class Entry:
         self.owner = owner
         self.work = work
         self.item = item
+        self.discarded = 0  # set by drain: messages discarded just before this one
 
     @property
     def nbytes(self) -> int:
@@ -221,19 +222,19 @@ class EgressQueues:
         self._queues[queue].discards += 1
         self._discarded += 1
 
-    def drain(self, room: Callable[[], bool], write: Callable[[Entry, int], object]) -> None:
-        """Hand entries to ``write`` by strict priority while ``room()`` says yes.
+    def drain(self, budget: int) -> list[Entry]:
+        """Take entries by strict priority, whole, while fewer than ``budget`` bytes were
+        taken: the whole-message rule of a transmit queue with ``budget`` bytes of room
+        (the caller writes them all).
 
-        ``write(entry, discarded)`` must place the entry on the transmit queue
-        so that ``room()`` sees it (``TransmitQueue.add``, or a transport write
-        that pauses its producer): that is the whole-message rule. It may
-        enqueue more frames. ``discarded`` is the number of messages discarded
-        since the last message written; it is handed over (and reset) with the
-        first MESSAGE entry after them, and the writer adds the discard
-        indication to that frame. Control (C-1) entries always get 0.
+        The first MESSAGE entry after discards carries their number in ``discarded``
+        (reset here), and the writer adds the discard indication to that frame;
+        control (C-1) entries never do.
         """
         queues = self._queues
-        while self._nonempty and room():
+        taken: list[Entry] = []
+        size = 0
+        while self._nonempty and size < budget:
             index = _FIRST[self._nonempty]
             q = queues[index]
             entries = q.entries
@@ -243,11 +244,11 @@ class EgressQueues:
             if not entries:
                 self._nonempty ^= q.bit
             if index and self._discarded:
-                discarded = self._discarded
+                entry.discarded = self._discarded
                 self._discarded = 0
-                write(entry, discarded)
-            else:
-                write(entry, 0)
+            size += len(entry.head) + len(entry.tail)
+            taken.append(entry)
+        return taken
 
     @property
     def pending(self) -> bool:
@@ -261,7 +262,9 @@ class EgressQueues:
 
     def has_room(self, queue: int, nbytes: int) -> bool:
         """Would ``queue`` admit a frame of ``nbytes`` without being full?"""
-        return self._queues[queue].admits(work_units(nbytes))
+        q = self._queues[queue]
+        # _Queue.admits and work_units inlined: asked before every delivery.
+        return len(q.entries) < q.min_burst or q.work + ((nbytes + 2047) >> 11 or 1) <= q.max_depth
 
     def ready(self, queue: int) -> bool:
         """The client is ready for ``queue`` while it would admit a one-unit message."""
@@ -335,6 +338,10 @@ class TransmitQueue:
 
     def has_room(self) -> bool:
         return self.depth < self.bound
+
+    def room(self) -> int:
+        """The budget for a drain: bytes that may be taken before it is full."""
+        return max(0, self.bound - self.depth)
 
     def add(self, nbytes: int) -> None:
         """Count a message placed on the queue."""

@@ -25,8 +25,8 @@ from wiremq.config.registry import Value
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import default_pipelines
 from wiremq.modules.core import Core
-from wiremq.modules.egress import Egress, Outbox
-from wiremq.modules.flow.egress_queues import Entry, QueueLimits
+from wiremq.modules.egress import EVERYTHING, Egress, Outbox
+from wiremq.modules.flow.egress_queues import QueueLimits
 from wiremq.modules.queue import Queue
 from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.encoder import encode_frame
@@ -73,14 +73,13 @@ class FakeWriter:
         if self.closed or not self.window_open:
             return
 
-        def write(entry: Entry, discarded: int) -> None:
-            frames = self._decoder.feed(entry.head + entry.tail)
+        parts = egress.write_out(EVERYTHING)
+        for head, tail in zip(parts[::2], parts[1::2], strict=True):
+            frames = self._decoder.feed(head + tail)
             self.frames.extend(frames)
-            self.discards.extend([discarded] * len(frames))
-            if entry.owner is not None:
-                entry.owner.written(entry)  # type: ignore[attr-defined]
-
-        egress.queues.drain(lambda: True, write)
+            discarded = head.startswith(b"MESSAGE\ndiscarded:")
+            count = int(frames[0].headers["discarded"]) if discarded else 0
+            self.discards.extend([count] * len(frames))
         if egress.close_requested:
             last = self._decoder.feed(egress.last_frame)  # the ERROR goes last
             self.frames.extend(last)

@@ -8,7 +8,6 @@ from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from wiremq.modules.flow.egress_queues import (
     EgressQueue,
     EgressQueues,
-    Entry,
     Policy,
     QueueLimits,
     TransmitQueue,
@@ -28,14 +27,12 @@ class Writer:
         self.transmit = TransmitQueue(bound)
         self.written: list[tuple[bytes, int]] = []
 
-    def __call__(self, entry: Entry, discarded: int) -> None:
-        self.transmit.add(entry.nbytes)
-        self.written.append((entry.head, discarded))
-
     def drain(self, queues: EgressQueues) -> list[bytes]:
-        before = len(self.written)
-        queues.drain(self.transmit.has_room, self)
-        return [head for head, _ in self.written[before:]]
+        taken = queues.drain(self.transmit.room())
+        for entry in taken:
+            self.transmit.add(entry.nbytes)
+            self.written.append((entry.head, entry.discarded))
+        return [entry.head for entry in taken]
 
 
 def limits(queue: EgressQueue, max_depth: int, min_burst: int) -> tuple[QueueLimits, ...]:
@@ -101,8 +98,7 @@ def test_an_entry_keeps_its_owner_and_frame() -> None:
     queues = EgressQueues(DEFAULT_LIMITS)
     owner = object()
     queues.enqueue(D1, b"head", b"tail", owner)
-    got: list[Entry] = []
-    queues.drain(lambda: True, lambda entry, _: got.append(entry))
+    got = queues.drain(1 << 30)
     assert [(e.head, e.tail, e.owner, e.nbytes, e.work) for e in got] == [
         (b"head", b"tail", owner, 8, 1)
     ]
@@ -134,19 +130,13 @@ def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
     assert writer.drain(queues) == [b"RECEIPT"]
 
 
-def test_write_may_enqueue_more_and_it_is_drained_in_the_same_pass() -> None:
+def test_what_is_queued_after_a_drain_goes_in_the_next_by_priority() -> None:
     queues = EgressQueues(DEFAULT_LIMITS)
-    written: list[bytes] = []
-
-    def write(entry: Entry, discarded: int) -> None:
-        written.append(entry.head)
-        if entry.head == b"m0":
-            queues.enqueue(C1, b"RECEIPT", b"")
-
     queues.enqueue(D1, b"m0", b"")
-    queues.enqueue(D1, b"m1", b"")
-    queues.drain(lambda: True, write)
-    assert written == [b"m0", b"RECEIPT", b"m1"]
+    [m0] = queues.drain(1)  # the budget takes one whole frame
+    queues.enqueue(C1, b"RECEIPT", b"")
+    assert [e.head for e in queues.drain(1 << 30)] == [b"RECEIPT"]
+    assert m0.head == b"m0" and not queues.pending
 
 
 @pytest.mark.parametrize(
@@ -301,7 +291,7 @@ def test_clear_stats_keeps_lengths_and_resets_marks_to_current_depth() -> None:
     queues = EgressQueues(limits(D1, 2, 0), Policy.DISCARD_OLDEST)
     for n in range(3):
         queues.enqueue(D1, *frame(f"m{n}", UNIT))
-    queues.drain(lambda: queues.stats()["D-1"]["length_msgs"] > 1, lambda e, d: None)
+    queues.drain(1)  # one whole frame: one of the two left after the discard stays
     queues.clear_stats()
     row = queues.stats()["D-1"]
     assert (row["length_msgs"], row["hwm_work"], row["discards_msgs"], row["delivered_msgs"]) == (
