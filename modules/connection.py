@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
@@ -144,28 +144,12 @@ class ClientConnection:
         self._submit()
 
     def _handle(self, event: Request) -> None:
-        match event:
-            case Send():  # a destination that is neither a queue nor a topic
-                raise Refused(
-                    "unknown destination",
-                    f"{event.destination[:200]!r} is neither /queue/NAME nor /topic/NAME",
-                )
-            case Connect():
-                self._connect(event)
-            case Subscribe():
-                self._subscribe(event)
-            case Unsubscribe():
-                self._unsubscribe(event)
-            case Acknowledge():
-                self._acknowledge(event)
-            case Begin():
-                self._begin(event)
-            case Commit():
-                self._commit(event)
-            case Abort():
-                self._abort(event)
-            case Disconnect():
-                self._disconnect(event)
+        if type(event) is Send:  # a destination that is neither a queue nor a topic
+            raise Refused(
+                "unknown destination",
+                f"{event.destination[:200]!r} is neither /queue/NAME nor /topic/NAME",
+            )
+        _HANDLERS[type(event)](self, event)
 
     def _submit(self) -> None:
         if self._sends:
@@ -560,6 +544,19 @@ class ClientConnection:
             "egress_policy": self.egress.queues.policy.value,
             "egress": self.egress.queues.stats(),
         }
+
+
+# What each request does (SENDs to a queue or topic go down the pipelines in batches).
+_HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {
+    Connect: ClientConnection._connect,
+    Subscribe: ClientConnection._subscribe,
+    Unsubscribe: ClientConnection._unsubscribe,
+    Acknowledge: ClientConnection._acknowledge,
+    Begin: ClientConnection._begin,
+    Commit: ClientConnection._commit,
+    Abort: ClientConnection._abort,
+    Disconnect: ClientConnection._disconnect,
+}
 
 
 def _window(headers: dict[str, str], names: tuple[str, ...], default: int) -> int:

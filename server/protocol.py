@@ -49,11 +49,16 @@ class StompProtocol(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         client = self.client
+        runtime = self.server.runtime
         connected = client.session.version is not None
-        client.data_received(data, self.server.clock())
+        runtime.reading = True
+        try:
+            client.data_received(data, self.server.clock())
+        finally:
+            runtime.after_read()
         if not connected and client.session.version is not None:
             self._schedule_heartbeat(client.tick(self.server.clock()))
-        self.server.outbox.flush()
+            self.server.outbox.flush()
 
     def _schedule_heartbeat(self, deadline: float | None) -> None:
         if deadline is not None:

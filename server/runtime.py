@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -98,13 +99,39 @@ class ThreadWorker:
 
 
 class TwistedRuntime:
+    """``call_soon`` runs its functions once the event being handled is done: right after
+    a socket read has been handled (``after_read``, before its writes), or, for calls
+    from anywhere else (timers, store results), on the reactor's next turn."""
+
     def __init__(self, reactor: Any, outbox: Outbox) -> None:
         self.reactor = reactor
         self.outbox = outbox
         self.workers: dict[str, ThreadWorker] = {}
+        self._soon: deque[Callable[[], None]] = deque()
+        self._scheduled = False  # a reactor call will run _soon
+        self.reading = False  # a socket read is being handled: after_read will run _soon
 
     def call_soon(self, function: Callable[[], None]) -> None:
-        self.reactor.callLater(0, self._run, function)
+        self._soon.append(function)
+        if not self.reading and not self._scheduled:
+            self._scheduled = True
+            self.reactor.callLater(0, self._run_soon)
+
+    def after_read(self) -> None:
+        """A socket read was handled: run what it asked to run soon, then write."""
+        self.reading = False
+        self._drain_soon()
+        self.outbox.flush()
+
+    def _run_soon(self) -> None:
+        self._scheduled = False
+        self._drain_soon()
+        self.outbox.flush()
+
+    def _drain_soon(self) -> None:
+        soon = self._soon
+        while soon:
+            soon.popleft()()
 
     def call_later(self, delay: float, function: Callable[[], None]) -> _Timer:
         return _Timer(self.reactor.callLater(delay, self._run, function))

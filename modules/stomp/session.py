@@ -41,7 +41,7 @@ from wiremq.modules.stomp.events import (
 from wiremq.modules.stomp.frames import VERSIONS, Frame, ProtocolError
 
 ACK_MODES = ("auto", "client", "client-individual")
-_new = tuple.__new__  # a SEND's event without the NamedTuple's Python-level __new__: hot path
+_new = tuple.__new__  # an event without its NamedTuple's Python-level __new__: hot paths
 SERVER_NAME = "wiremq"
 
 
@@ -274,7 +274,7 @@ class StompSession:
     def _acknowledge(self, frame: Frame, nack: bool) -> Acknowledge:
         if self.version == "1.2":
             message_id, _, number = _require(frame, "id").rpartition("@")
-            return Acknowledge(nack, message_id, number, frame.headers)
+            return _new(Acknowledge, (nack, message_id, number, frame.headers))
         message_id = _require(frame, "message-id")
         if self.version == "1.1":
             return Acknowledge(nack, message_id, _require(frame, "subscription"), frame.headers)
