@@ -67,12 +67,18 @@ class Committed:
 
     ``positions[i]`` is the sequence number ``appends[i]`` got in its log (None
     for a topic message no durable subscription keeps); ``removed`` the
-    messages the removals found, in the order asked; ``subscriptions[i]`` the
-    subscription ``subscribes[i]`` made or resumed and whether it is new.
+    positions the removals found (each reported by exactly one commit), in the
+    order asked; ``subscriptions[i]`` the subscription ``subscribes[i]`` made or
+    resumed and whether it is new.
+
+    ``removed`` names positions, not messages: whoever removes a message has it
+    already (it was delivered, or ``expired``/``read`` handed it out), and a
+    store that had to hand it back would have to keep every stored message in
+    memory or read it back from the database on the commit path.
     """
 
     positions: tuple[int | None, ...] = ()
-    removed: tuple[tuple[Position, StoredMessage], ...] = ()
+    removed: tuple[Position, ...] = ()
     subscriptions: tuple[tuple[SubscriptionInfo, bool], ...] = ()
 
 

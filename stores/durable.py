@@ -52,22 +52,45 @@ class DurableLogSet(LogSet):
 
     def subscribe(self, key: SubscriptionKey, topic: str, selector: str) -> Subscription:
         """Register a subscription that starts at the topic's current end."""
-        sub = Subscription(topic, selector, self.log(topic).last_seq)
-        self.subscriptions[key] = sub
+        self.set_subscription(key, topic, selector, self.log(topic).last_seq)
+        sub: Subscription = self.subscriptions[key]
+        return sub
+
+    def unsubscribe(self, key: SubscriptionKey) -> Subscription:
+        """Forget a subscription; its topic's messages go with the last one."""
+        sub: Subscription = self.subscriptions[key]
+        self.drop_subscription(key)
+        if not self.has_subscribers(sub.topic):
+            self.log(sub.topic).clear()
+        return sub
+
+    def set_subscription(self, key: SubscriptionKey, topic: str, selector: str, acked: int) -> None:
+        """Register a subscription at a given position (the write-ahead log's replay; an
+        existing one by that key must have been dropped first)."""
+        self.subscriptions[key] = Subscription(topic, selector, acked)
         members = self.subscribers.get(topic)
         if members is None:
             members = self.subscribers[topic] = OOTreeSet()
         members.add(key)
-        return sub
 
-    def unsubscribe(self, key: SubscriptionKey) -> Subscription:
+    def drop_subscription(self, key: SubscriptionKey) -> None:
+        """Forget a subscription, leaving its topic's messages as they are."""
         sub: Subscription = self.subscriptions.pop(key)
         members = self.subscribers[sub.topic]
         members.remove(key)
         if not members:
             del self.subscribers[sub.topic]
-            self.log(sub.topic).clear()
-        return sub
+
+    def acknowledge(self, key: SubscriptionKey, upto: int) -> None:
+        """Move a subscription's position forward (never back)."""
+        sub: Subscription = self.subscriptions[key]
+        if upto > sub.acked_seq:
+            sub.acked_seq = upto
+
+    def collect_upto(self, topic: str, upto: int) -> int:
+        """Remove every message of ``topic`` at or below ``upto``; returns how many."""
+        log = self.logs.get(topic)
+        return 0 if log is None else self.discard(topic, list(log.upto(upto)))
 
     def has_subscribers(self, topic: str) -> bool:
         return topic in self.subscribers

@@ -25,6 +25,21 @@ def destinations_of(messages: Iterable[StoredMessage]) -> set[str]:
     return {m.destination for m in messages}
 
 
+def open_session(db: DB, root_name: str, new_root: Callable[[], RootT]) -> Session[RootT]:
+    """A session on a store's root, refused if the root was written in another layout."""
+    session: Session[RootT] = Session(db, root_name, new_root)
+    with session.read() as logs:
+        layout = logs.layout
+    if layout != LogSet.LAYOUT:
+        session.close()
+        raise StoreOpenError(
+            f"the {root_name!r} store was written in layout {layout} by an older "
+            f"wiremq; this one reads layout {LogSet.LAYOUT}. Drain it with the older "
+            "version, or move its data away to start empty."
+        )
+    return session
+
+
 class LogStore(Generic[RootT]):
     """A store of per-destination message logs in one ZODB database.
 
@@ -40,20 +55,11 @@ class LogStore(Generic[RootT]):
         new_root: Callable[[], RootT],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._session: Session[RootT] = Session(db, root_name, new_root)
+        self._session: Session[RootT] = open_session(db, root_name, new_root)
         self._clock = clock
         self._counts = CountMirror()
         with self._session.read() as logs:
-            layout = logs.layout
-            snapshot = CountSnapshot.of(logs, logs.logs.keys()) if layout == logs.LAYOUT else None
-        if snapshot is None:
-            self._session.close()
-            raise StoreOpenError(
-                f"the {root_name!r} store was written in layout {layout} by an older "
-                f"wiremq; this one reads layout {LogSet.LAYOUT}. Drain it with the older "
-                "version, or move its data away to start empty."
-            )
-        self._counts.publish(snapshot)
+            self._counts.publish(CountSnapshot.of(logs, logs.logs.keys()))
 
     def close(self) -> None:
         """Close this store's connection; the database stays open for its owner."""
@@ -118,33 +124,15 @@ class LogStore(Generic[RootT]):
         now_ms: int,
         remove_expired: bool,
     ) -> Batch:
-        """Read a batch in order, skipping expired messages (and removing them if asked).
-
-        Stops after examining ``limit`` messages (expired ones included, so a
-        run of expired messages cannot make one call unbounded) or before
-        exceeding ``max_bytes``; a message bigger than ``max_bytes`` still
-        comes back alone.
-        """
+        """Read a batch in order (see ``MessageLog.read``), skipping expired messages
+        (and removing them if asked)."""
         with self._session.read() as logs:
             log = logs.logs.get(destination)
-            items = [] if log is None else log.after(after_seq)
-            messages: list[tuple[int, StoredMessage]] = []
-            expired: list[tuple[int, StoredMessage]] = []
-            size = 0
-            last_seq = after_seq
-            at_end = True
-            for seq, message in items:
-                if len(messages) + len(expired) >= limit or (
-                    messages and size + message.size > max_bytes
-                ):
-                    at_end = False
-                    break
-                last_seq = seq
-                if message.expired(now_ms):
-                    expired.append((seq, message))
-                else:
-                    messages.append((seq, message))
-                    size += message.size
+            messages, expired, last_seq, at_end = (
+                ([], [], after_seq, True)
+                if log is None
+                else log.read(after_seq, now_ms=now_ms, limit=limit, max_bytes=max_bytes)
+            )
         if remove_expired and expired:
             self._remove({destination: [seq for seq, _ in expired]}, "expire on read")
         return Batch(messages, last_seq, at_end, [m for _, m in expired], remove_expired)

@@ -1,6 +1,7 @@
 """Shared fixtures of the store tests: backends, and a factory for stores on them.
 
-The mixin suites (``store_*_tests.py``) ask for ``stores``; each backend
+The mixin suites (``store_*_tests.py``) ask for ``stores`` (the ZODB stores) or
+``wal`` (the write-ahead log facade, ``facade_*_tests.py``); each backend
 class in ``test_backends.py`` provides a ``backend`` fixture naming where the
 stores live. Tests that share one ZEO server or one PostgreSQL database keep
 apart by giving their stores root names of their own.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .store_fixtures import Stores
+from .store_fixtures import Stores, WalStores
 from .store_servers import postgres_cluster, postgres_unavailable, zeo_server
 
 _unique = itertools.count()
@@ -25,6 +26,14 @@ def stores(backend: str) -> Iterator[Stores]:
     opened = Stores(backend, f"t{next(_unique)}")
     yield opened
     opened.restart()
+
+
+@pytest.fixture
+def wal(backend: str, tmp_path: Path) -> Iterator[WalStores]:
+    """A ``WalStore`` on the backend, with its log in a folder of its own."""
+    opened = WalStores(backend, tmp_path, f"w{next(_unique)}")
+    yield opened
+    opened.close()
 
 
 @pytest.fixture
