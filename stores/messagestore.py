@@ -36,6 +36,7 @@ from ZODB import DB
 from .api import QUEUE_PREFIX, Batch, Committed, Position, StoreTransaction
 from .durable import DurableLogSet, SubscriptionInfo
 from .errors import StoreError, StoreOpenError
+from .filestorage import WAL_NOTE
 from .logstore import open_session
 from .model import LogSet
 from .records import StoredMessage
@@ -66,7 +67,7 @@ class _Part:
         if not todo:
             return 0
         first, last = todo[0][0], todo[-1][0]
-        with self.session.write(f"apply write-ahead log {first}..{last}") as root:
+        with self.session.write(f"{WAL_NOTE} {first}..{last}") as root:
             applier = Applier(root)
             for _, ops in todo:
                 applier.apply(ops)

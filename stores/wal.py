@@ -352,11 +352,10 @@ class WriteAheadLog:
         return len(gone)
 
     def prepare(self) -> None:
-        """Zero-fill the next segment once the current one is half used."""
+        """Zero-fill the next segment, unless one is ready."""
         with self._lock:
-            needed = not self._prepared and self._fd >= 0
-        if not needed or self._offset < self.segment_bytes // 2:
-            return
+            if self._prepared or self._fd < 0:
+                return
         partial = self.folder / (_PREPARED + ".partial.tmp")
         _create_zeroed(partial, self.segment_bytes)
         os.rename(partial, self.folder / _PREPARED)
