@@ -44,7 +44,7 @@ from .session import Session
 from .storage import open_database
 from .wal import TornTail, WriteAheadLog
 from .walapply import Applier
-from .walops import Op, decode, encode, is_queue_op
+from .walops import Op, decode, encode, split
 from .walstate import StoreState, Touched, Undo
 
 log = structlog.get_logger(__name__)
@@ -184,7 +184,7 @@ class WalStore:
         for part in self._parts:
             with part.session.read() as root:
                 for name, message_log in root.logs.items():
-                    state.load_log(name, message_log.last_seq, message_log.sizes())
+                    state.load_log(name, message_log.last_seq, message_log.blocks.items())
                 if isinstance(root, DurableLogSet):
                     for key, sub in root.subscriptions.items():
                         state.load_subscription(key, sub.topic, sub.selector, sub.acked_seq)
@@ -328,8 +328,9 @@ class WalStore:
             for lsn, payload in batch:
                 count, ops = decode(payload)
                 transactions += count
-                queue_ops.append((lsn, [op for op in ops if is_queue_op(op)]))
-                topic_ops.append((lsn, [op for op in ops if not is_queue_op(op)]))
+                for_queues, for_topics = split(ops)
+                queue_ops.append((lsn, for_queues))
+                topic_ops.append((lsn, for_topics))
             for part, part_ops in zip(self._parts, (queue_ops, topic_ops), strict=True):
                 messages += part.apply(part_ops)
             records += len(batch)

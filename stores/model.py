@@ -134,11 +134,6 @@ class MessageBlock(Persistent):
         gone = self.gone
         return (i for i in range(self.count) if i not in gone)
 
-    def live_sizes(self) -> Iterator[tuple[int, int]]:
-        """(offset, size) of the messages not removed, without reading their content."""
-        sizes = self.sizes
-        return ((i, sizes[i]) for i in self.live_offsets())
-
     def live(self) -> Iterator[tuple[int, StoredMessage]]:
         """(offset, message) of the messages not removed, in order."""
         messages = self.messages()
@@ -300,12 +295,6 @@ class MessageLog(Persistent):
                 if first + offset > seq:
                     return
                 yield first + offset
-
-    def sizes(self) -> Iterator[tuple[int, int]]:
-        """(seq, size) of every message, in order, without reading their content."""
-        for first, block in self.blocks.items():
-            for offset, size in block.live_sizes():
-                yield first + offset, size
 
     def clear(self) -> None:
         """Drop every message in one small write (a fresh index; the old one is garbage).

@@ -56,9 +56,12 @@ def decode(payload: bytes | memoryview) -> tuple[int, tuple[Op, ...]]:
     return transactions, ops
 
 
-def is_queue_op(op: Op) -> bool:
-    """Whether ``op`` belongs to the queue store (else to the topic store)."""
-    code = op[0]
-    if code == APPEND:
-        return bool(op[2][1].startswith(QUEUE_PREFIX))
-    return code == REMOVE and bool(op[1].startswith(QUEUE_PREFIX))
+def split(ops: tuple[Op, ...]) -> tuple[list[Op], list[Op]]:
+    """The operations for the queue store and those for the topic store, each in order."""
+    queues: list[Op] = []
+    topics: list[Op] = []
+    for op in ops:
+        code = op[0]
+        destination = op[2][1] if code == APPEND else op[1] if code == REMOVE else ""
+        (queues if destination.startswith(QUEUE_PREFIX) else topics).append(op)
+    return queues, topics

@@ -18,13 +18,14 @@ durable, the way ``counts.CountMirror`` is.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .api import QUEUE_PREFIX, TOPIC_PREFIX, Committed, Position, StoreTransaction
 from .counts import CountMirror, Counts, CountSnapshot
 from .durable import SubscriptionInfo, SubscriptionKey
 from .errors import StoreError
+from .model import MessageBlock
 from .records import StoredMessage
 from .walops import ACKNOWLEDGE, APPEND, CLEAR, COLLECT, REMOVE, SUBSCRIBE, UNSUBSCRIBE, Op
 
@@ -72,6 +73,31 @@ class LiveIndex:
         self._live[chunk] += 1
         self.count += 1
         self.bytes += size
+
+    def add_block(self, first: int, sizes: Sequence[int], gone: Collection[int]) -> None:
+        """Add a run of messages at once: ``sizes[i]`` at ``first + i``, except the
+        offsets in ``gone`` (a stored block's bookkeeping, at open)."""
+        offset = 0
+        while offset < len(sizes):
+            seq = first + offset
+            chunk, slot = seq >> CHUNK_BITS, seq & CHUNK_MASK
+            take = min(len(sizes) - offset, CHUNK_MASK + 1 - slot)
+            part = array("I", sizes[offset : offset + take])
+            for i in gone:
+                if offset <= i < offset + take:
+                    part[i - offset] = GONE
+            live = take - sum(1 for i in gone if offset <= i < offset + take)
+            if live:
+                slots = self._chunks.get(chunk)
+                if slots is None:
+                    slots = self._chunks[chunk] = array("I", [GONE]) * (CHUNK_MASK + 1)
+                    self._live[chunk] = 0
+                    self._low = min(self._low, chunk) if self.count else chunk
+                slots[slot : slot + take] = part
+                self._live[chunk] += live
+                self.count += live
+                self.bytes += sum(size for size in part if size != GONE)
+            offset += take
 
     def size(self, seq: int) -> int | None:
         """The size of the message at ``seq``, or None if there is none."""
@@ -143,11 +169,14 @@ class StoreState:
 
     # -- loading (at open, before any commit) --------------------------------
 
-    def load_log(self, destination: str, last_seq: int, sizes: Iterable[tuple[int, int]]) -> None:
-        """Take one log as ZODB has it: its last position and (seq, size) of its messages."""
+    def load_log(
+        self, destination: str, last_seq: int, blocks: Iterable[tuple[int, MessageBlock]]
+    ) -> None:
+        """Take one log as ZODB has it: its last position and its blocks (first position,
+        block), whose bookkeeping alone is read."""
         index = self._index(destination)
-        for seq, size in sizes:
-            index.add(seq, size)
+        for first, block in blocks:
+            index.add_block(first, block.sizes, block.gone)
         self._last_seq[destination] = last_seq
 
     def load_subscription(
@@ -198,31 +227,40 @@ class StoreState:
         for key in txn.unsubscribes:
             if key in self._subs:
                 self._unsubscribe(key, ops, undo, touched)
-        positions = tuple(self._append(m, ops, undo, touched) for m in txn.appends)
-        removed = tuple(p for p in txn.removals if self._remove(p, ops, undo, touched))
-        acknowledged = {
-            topic
-            for key, seq in txn.acknowledgements
-            if (topic := self._acknowledge(key, seq, ops, undo, touched))
-        }
-        for topic in sorted(acknowledged):
-            self._collect(topic, ops, undo, touched)
+        positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
+        removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
+        if txn.acknowledgements:
+            acknowledged = {
+                topic
+                for key, seq in txn.acknowledgements
+                if (topic := self._acknowledge(key, seq, ops, undo, touched))
+            }
+            for topic in sorted(acknowledged):
+                self._collect(topic, ops, undo, touched)
         return Committed(positions, removed, subscriptions)
 
     def publish(self, touched: Touched) -> None:
         """Show the readers what a commit changed (once it is durable)."""
-        for mirror, names in (
-            (self._queue_counts, [n for n in touched.destinations if n.startswith(QUEUE_PREFIX)]),
-            (self._topic_counts, [n for n in touched.destinations if n.startswith(TOPIC_PREFIX)]),
-        ):
-            indexes = [(n, self._indexes[n]) for n in names if n in self._indexes]
-            if indexes:
-                mirror.publish(CountSnapshot({n: Counts(i.count, i.bytes) for n, i in indexes}))
-        changed = {key: self._info(key) for key in touched.keys}
+        queues: dict[str, Counts] = {}
+        topics: dict[str, Counts] = {}
+        for name in touched.destinations:
+            index = self._indexes.get(name)
+            if index is not None:
+                counts = Counts(index.count, index.bytes)
+                (queues if name.startswith(QUEUE_PREFIX) else topics)[name] = counts
+        if queues:
+            self._queue_counts.publish(CountSnapshot(queues))
+        if topics:
+            self._topic_counts.publish(CountSnapshot(topics))
+        if touched.keys:
+            self._publish_subscriptions(touched.keys)
+
+    def _publish_subscriptions(self, keys: set[SubscriptionKey]) -> None:
+        changed = {key: self._info(key) for key in keys}
         if all(changed.values()) and changed.keys() <= self._published.keys():
             for key, info in changed.items():  # in place: readers iterating see no new key
                 self._published[key] = info  # type: ignore[assignment]
-        elif changed:
+        else:
             merged = {**self._published, **changed}
             self._published = {key: info for key, info in merged.items() if info is not None}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -317,4 +318,48 @@ def test_a_torn_catch_up_commit_is_replayed_and_not_called_a_loss(tmp_path: Path
     assert event["meaning"].startswith("a catch-up from the write-ahead log was cut off")
     assert [e["records"] for e in logs if e["event"] == "wal.replayed"] == [1]
     assert stored_ids(store) == ["m0", "m1"]
+    store.close()
+
+
+def test_commits_and_catch_up_on_two_threads_end_where_the_commits_said(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path, segment_bytes=8192, catch_up_bytes=2048)
+    commit(store, subscribes=((("c", "s"), "/topic/t", ""),))
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def worker() -> None:  # the store worker: catch-up, reads and the expiry query
+        try:
+            while not done.is_set():
+                store.catch_up(0.005)
+                store.read("/queue/a", now_ms=0, after_seq=0, limit=50, max_bytes=10**6)
+                store.expired(10, 20)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    kept: dict[int, str] = {}
+    try:
+        for i in range(400):
+            result = commit(
+                store,
+                appends=(message(f"q{i}", expires=5 * (i % 5 == 0)), message(f"t{i}", "/topic/t")),
+                removals=tuple(("/queue/a", seq) for seq in list(kept)[::3] if i % 4 == 0),
+                acknowledgements=((("c", "s"), max(0, i - 10)),),
+            )
+            kept[result.positions[0]] = f"q{i}"  # type: ignore[index]
+            for _, seq in result.removed:
+                del kept[seq]
+    finally:
+        done.set()
+        thread.join(30)
+    assert not failures, failures
+    assert store.count("/queue/a")[0] == len(kept)
+    crash(store)
+    store = open_store(tmp_path, segment_bytes=8192)
+    assert stored_ids(store) == list(kept.values())
+    assert stored_ids(store, "/topic/t") == [f"t{i}" for i in range(389, 400)]
+    assert len(store.wal_segments()) == 1
     store.close()

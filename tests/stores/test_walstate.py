@@ -52,3 +52,19 @@ def test_iteration_is_in_order_across_chunks() -> None:
     for seq in (900, 3, 70_000, 256, 255):
         index.add(seq, seq)
     assert [seq for seq, _ in index] == [3, 255, 256, 900, 70_000]
+
+
+def test_a_block_added_at_once_is_what_adding_its_messages_one_by_one_gives() -> None:
+    rng = random.Random(3)
+    for first in (1, 200, 255, 256, 1000):
+        sizes = [rng.randrange(1000) for _ in range(rng.randrange(1, 600))]
+        gone = {i for i in range(len(sizes)) if rng.random() < 0.3}
+        at_once, one_by_one = LiveIndex(), LiveIndex()
+        at_once.add_block(first, sizes, gone)
+        for i, size in enumerate(sizes):
+            if i not in gone:
+                one_by_one.add(first + i, size)
+        assert list(at_once) == list(one_by_one)
+        assert (at_once.count, at_once.bytes) == (one_by_one.count, one_by_one.bytes)
+        assert at_once._live == one_by_one._live
+        assert at_once.cut(first + len(sizes)) == list(one_by_one)
