@@ -383,18 +383,6 @@ class LogSet(Persistent):
                 self.expiry.remove((expires, destination, seq))
         return len(found)
 
-    def message(self, destination: str, seq: int) -> StoredMessage | None:
-        """The message stored at a position, if it is still there."""
-        log = self.logs.get(destination)
-        first = None if log is None else log._block_start(seq)
-        if first is None:
-            return None
-        block = log.blocks[first]
-        offset = seq - first
-        if offset >= block.count or offset in block.gone:
-            return None
-        return block.messages()[offset]
-
     def due(
         self, now_ms: int, limit: int
     ) -> tuple[list[tuple[str, int, StoredMessage]], list[tuple[int, str, int]]]:
@@ -403,14 +391,35 @@ class LogSet(Persistent):
         keys (left by ``MessageLog.clear``) met on the way, changing nothing."""
         found: list[tuple[str, int, StoredMessage]] = []
         stale: list[tuple[int, str, int]] = []
+        decoded: dict[tuple[str, int], tuple[StoredMessage | None, ...]] = {}
         for key in islice(self.expiry.keys(max=(now_ms + 1,), excludemax=True), limit):
             _, destination, seq = key
-            message = self.message(destination, seq)
+            message = self._lookup(destination, seq, decoded)
             if message is None:
                 stale.append(key)
             else:
                 found.append((destination, seq, message))
         return found, stale
+
+    def _lookup(
+        self,
+        destination: str,
+        seq: int,
+        decoded: dict[tuple[str, int], tuple[StoredMessage | None, ...]],
+    ) -> StoredMessage | None:
+        """The message at a position, decoding each block once per ``decoded``."""
+        log = self.logs.get(destination)
+        first = None if log is None else log._block_start(seq)
+        if log is None or first is None:
+            return None
+        block = log.blocks[first]
+        offset = seq - first
+        if offset >= block.count or offset in block.gone:
+            return None
+        messages = decoded.get((destination, first))
+        if messages is None:
+            messages = decoded[destination, first] = block.messages()
+        return messages[offset]
 
     def expire_due(self, now_ms: int, limit: int) -> tuple[list[StoredMessage], bool]:
         """Remove up to ``limit`` messages due at ``now_ms``, soonest first.

@@ -152,9 +152,7 @@ class WriteAheadLog:
     def _list(self) -> list[Segment]:
         segments = []
         for path in self.folder.iterdir():
-            if path.name.endswith(".tmp"):
-                path.unlink()  # a segment being prepared when the process died
-            elif match := _NAME.match(path.name):
+            if match := _NAME.match(path.name):
                 segments.append(Segment(int(match.group(1)), path, path.stat().st_size))
         return sorted(segments, key=lambda s: s.first)
 
@@ -236,6 +234,10 @@ class WriteAheadLog:
         """
         if next_lsn <= self.last_lsn:
             raise StoreError(f"record {next_lsn} was written already")
+        if self.torn is not None:
+            raise StoreError("the torn tail must be cut before anything is written")
+        for path in self.folder.glob("*.tmp"):
+            path.unlink()  # a segment being prepared when the process died
         self._next_lsn = next_lsn
         last = self._segments[-1] if self._segments else None
         if last is not None and next_lsn == self.last_lsn + 1:

@@ -216,7 +216,7 @@ def test_stores_that_disagree_without_the_log_to_reconcile_them_are_refused(
     monkeypatch.setattr(type(store._parts[1]), "apply", apply)
     crash(store)
     shutil.rmtree(tmp_path / "wal")
-    with pytest.raises(StoreOpenError, match="the stores disagree"):
+    with pytest.raises(StoreOpenError, match="the records between are in neither the log"):
         open_store(tmp_path)
 
 
