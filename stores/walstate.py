@@ -229,6 +229,12 @@ class StoreState:
                 self._unsubscribe(key, ops, undo, touched)
         positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
         removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
+        moved = tuple(
+            [
+                self._append(m, ops, undo, touched) if self._remove(p, ops, undo, touched) else None
+                for p, m in txn.moves
+            ]
+        )
         if txn.acknowledgements:
             acknowledged = {
                 topic
@@ -237,7 +243,7 @@ class StoreState:
             }
             for topic in sorted(acknowledged):
                 self._collect(topic, ops, undo, touched)
-        return Committed(positions, removed, subscriptions)
+        return Committed(positions, removed, subscriptions, moved)
 
     def publish(self, touched: Touched) -> None:
         """Show the readers what a commit changed (once it is durable)."""

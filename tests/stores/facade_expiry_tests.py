@@ -3,10 +3,15 @@ and removing them is a transaction like any other."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from wiremq.stores.api import StoreTransaction
+
 from .facade_durable_tests import subscribe
 from .store_fixtures import WalStores, commit, message, send, stored_ids
 
 T = "/topic/news"
+DLQ = "/queue/DLQ.a"
 
 
 class FacadeExpiryTests:
@@ -73,3 +78,22 @@ class FacadeExpiryTests:
         send(store, message("e", expires=5), message("k"))
         store = wal.crash()
         assert [(p, m.message_id) for p, m in store.expired(10, 10)] == [(("/queue/a", 1), "e")]
+
+    def test_a_move_to_a_dead_message_queue_happens_only_if_the_message_is_still_there(
+        self, wal: WalStores
+    ) -> None:
+        store = wal.open()
+        send(store, message("a", expires=5), message("b", expires=5))
+        due = store.expired(10, 10)
+        moves = tuple((pos, replace(m, destination=DLQ, expires=0)) for pos, m in due)
+        acked, moved = store.commit(
+            [
+                StoreTransaction(removals=(due[0][0],)),  # an acknowledgement got there first
+                StoreTransaction(moves=moves),
+            ]
+        )
+        assert acked.removed == (due[0][0],) and moved.moved == (None, 1)
+        assert stored_ids(store) == [] and stored_ids(store, DLQ) == ["b"]
+        assert store.count(DLQ)[0] == 1 and store.totals("/queue/")[0] == 1
+        store = wal.crash()
+        assert stored_ids(store, DLQ) == ["b"] and store.expired(10, 10) == []
