@@ -141,8 +141,10 @@ class WalStore:
             self._state = self._load()
             self._wal.release(self._applied())
             self._wal.start(max(self._wal.last_lsn, *(p.applied for p in self._parts)) + 1)
-        except BaseException:
+        except BaseException as exc:
             self._close_all()
+            if isinstance(exc, OSError):
+                raise StoreOpenError(f"cannot use the write-ahead log in {wal_dir}: {exc}") from exc
             raise
 
     # -- open ---------------------------------------------------------------------------
@@ -305,7 +307,8 @@ class WalStore:
         """Apply everything to ZODB (so that the next open has nothing to replay), drop
         the log's applied segments and release the storages and the log's folder."""
         try:
-            self.catch_up(float("inf"))
+            self._apply(self._wal.durable_lsn, None)
+            self._wal.release(self._applied())
         finally:
             self._close_all()
 

@@ -237,7 +237,10 @@ class WriteAheadLog:
         if self.torn is not None:
             raise StoreError("the torn tail must be cut before anything is written")
         for path in self.folder.glob("*.tmp"):
-            path.unlink()  # a segment being prepared when the process died
+            if path.name == _PREPARED and path.stat().st_size == self.segment_bytes:
+                self._prepared = True  # zero-filled and synced before it got this name
+            else:
+                path.unlink()  # a segment being prepared when the process died
         self._next_lsn = next_lsn
         last = self._segments[-1] if self._segments else None
         if last is not None and next_lsn == self.last_lsn + 1:

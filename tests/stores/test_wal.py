@@ -142,9 +142,11 @@ def test_segments_rotate_by_size_and_go_once_applied(tmp_path: Path) -> None:
     for i in range(60, 80):
         send(store, message(f"m{i}", body=b"x" * 200))
     assert not (tmp_path / "wal" / "prepared.tmp").exists()  # taken by the rotation
+    store.catch_up(10.0)  # prepares the next one again
     crash(store)
     store = open_store(tmp_path, segment_bytes=4096)
     assert stored_ids(store) == [f"m{i}" for i in range(80)]
+    assert store._wal._prepared  # the prepared segment of the last run is used
     store.close()
     assert len(segments(tmp_path)) == 1
 
@@ -362,4 +364,19 @@ def test_commits_and_catch_up_on_two_threads_end_where_the_commits_said(
     assert stored_ids(store) == list(kept.values())
     assert stored_ids(store, "/topic/t") == [f"t{i}" for i in range(389, 400)]
     assert len(store.wal_segments()) == 1
+    store.close()
+
+
+def test_a_log_that_cannot_start_a_segment_is_refused_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(path: Path, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wal_module, "_create_zeroed", no_space)
+    with pytest.raises(StoreOpenError, match="cannot use the write-ahead log .* No space left"):
+        open_store(tmp_path)
+    monkeypatch.undo()
+    store = open_store(tmp_path)  # everything was let go: the folder is not locked
+    send(store, message("m"))
     store.close()
