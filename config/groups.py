@@ -80,6 +80,16 @@ class StoreSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class WalSettings(SettingsGroup):
+    """WriteAheadLog: its files and how the databases catch up with it."""
+
+    segmentsize: int
+    catchupsize: int
+    catchupinterval: float
+    catchuptime: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStoreSettings(SettingsGroup):
     """PersQueueFileStore: reading queue backlogs back and batching their removals."""
 

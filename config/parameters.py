@@ -261,6 +261,54 @@ for _group, _file, _what in (
             live=True,
         ),
     ]
+# -- the write-ahead log in front of the stores' databases ---------------------------------
+PARAMETERS += [
+    Parameter(
+        "WriteAheadLog",
+        "segmentsize",
+        int,
+        16 * MIB,
+        "Size of one file of the write-ahead log (in the data folder's wal/); a file goes "
+        "once the databases have applied everything in it",
+        unit="bytes",
+        minimum=64 * KIB,
+        maximum=1024 * MIB,
+    ),
+    Parameter(
+        "WriteAheadLog",
+        "catchupsize",
+        int,
+        256 * KIB,
+        "Log applied to the databases in one commit each while they catch up",
+        unit="bytes",
+        minimum=4 * KIB,
+        maximum=256 * MIB,
+    ),
+    Parameter(
+        "WriteAheadLog",
+        "catchupinterval",
+        float,
+        0.2,
+        "Time between two catch-ups of the databases with the log (while they have "
+        "something to catch up)",
+        unit="s",
+        minimum=0.01,
+        maximum=60.0,
+        live=True,
+    ),
+    Parameter(
+        "WriteAheadLog",
+        "catchuptime",
+        float,
+        0.25,
+        "Most time one catch-up spends before the store worker serves reads again",
+        unit="s",
+        minimum=0.01,
+        maximum=60.0,
+        live=True,
+    ),
+]
+
 PARAMETERS += [
     Parameter(
         "Server",

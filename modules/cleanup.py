@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import structlog
 
-from wiremq.config.groups import StoreSettings
+from wiremq.config.groups import StoreSettings, WalSettings
 from wiremq.config.settings import Settings
 from wiremq.modules.expiry import Expiry
 from wiremq.modules.persistence import Persistence
@@ -130,3 +130,43 @@ class StoreCleanup:
     def _failed(self, error: Exception) -> None:
         log.error("cleanup.failed", store=self.name, error=str(error))
         self._schedule(self._current().cleanupinterval, new_run=True)
+
+
+class CatchUp:
+    """The store's databases catch up with what was committed: on the store's reader
+    worker every ``WriteAheadLog.catchupinterval`` seconds, each time for at most
+    ``catchuptime`` seconds, one at a time."""
+
+    def __init__(self, runtime: Runtime, settings: Settings, persistence: Persistence) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.persistence = persistence
+        self._timer: Timer | None = None
+        self._stopped = True
+
+    def start(self) -> None:
+        self._stopped = False
+        self._schedule()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _schedule(self) -> None:
+        if not self._stopped:
+            interval = WalSettings.read(self.settings, "WriteAheadLog").catchupinterval
+            self._timer = self.runtime.call_later(interval, self._run)
+
+    def _run(self) -> None:
+        self._timer = None
+        seconds = WalSettings.read(self.settings, "WriteAheadLog").catchuptime
+        store = self.persistence.store
+        self.persistence.reader.submit(
+            lambda: store.catch_up(seconds), lambda applied: self._schedule(), self._failed
+        )
+
+    def _failed(self, error: Exception) -> None:
+        log.error("store.catch_up_failed", error=str(error))
+        self._schedule()

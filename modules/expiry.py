@@ -98,18 +98,22 @@ class Expiry:
         if not found or persistence is None:
             then()
             return
-        moves: list[StoredMessage] = []
+        removals: list[Position] = []
+        moves: list[tuple[Position, StoredMessage]] = []
         for destination, entries in grouped((p[0], (p, m)) for p, m in found).items():
             dmq = self._dead_message_queue(destination)
             self._log(destination, [m.message_id for _, m in entries], dmq)
-            if dmq is not None:
-                moves += [_dead_copy(m, dmq) for _, m in entries]
-        transaction = StoreTransaction(appends=tuple(moves), removals=tuple(p for p, _ in found))
+            if dmq is None:
+                removals += [position for position, _ in entries]
+            else:
+                moves += [(position, _dead_copy(m, dmq)) for position, m in entries]
+        transaction = StoreTransaction(removals=tuple(removals), moves=tuple(moves))
 
         def moved(result: Committed) -> None:
             copies = [
-                Message.from_stored(stored, seq or 0)
-                for stored, seq in zip(moves, result.positions, strict=True)
+                Message.from_stored(copy, seq)
+                for (_, copy), seq in zip(moves, result.moved, strict=True)
+                if seq is not None  # None: gone meanwhile (acknowledged), nothing moved
             ]
             for dmq, batch in grouped((m.destination, m) for m in copies).items():
                 self._forward(dmq, batch)

@@ -13,7 +13,7 @@ fastacknowledgesize).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -38,20 +38,6 @@ log = structlog.get_logger("wiremq.persistence")
 
 Done = Callable[[Committed], None]
 Failed = Callable[[Exception], None]
-
-
-def merged(transactions: Iterable[StoreTransaction]) -> StoreTransaction:
-    """One transaction doing what ``transactions`` do, in order."""
-    parts = list(transactions)
-    if len(parts) == 1:
-        return parts[0]
-    return StoreTransaction(
-        appends=tuple(m for t in parts for m in t.appends),
-        removals=tuple(p for t in parts for p in t.removals),
-        acknowledgements=tuple(a for t in parts for a in t.acknowledgements),
-        subscribes=tuple(s for t in parts for s in t.subscribes),
-        unsubscribes=tuple(u for t in parts for u in t.unsubscribes),
-    )
 
 
 class StoreWriter:
@@ -165,6 +151,8 @@ class Persistence:
         for transaction in transactions:
             names.update(m.destination for m in transaction.appends)
             names.update(name for name, _ in transaction.removals)
+            for (source, _), copy in transaction.moves:
+                names.update((source, copy.destination))
             names.update(topic for _, topic, _ in transaction.subscribes)
             for key in (*transaction.unsubscribes, *(k for k, _ in transaction.acknowledgements)):
                 topic = self.durables.get(key)

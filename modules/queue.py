@@ -37,6 +37,7 @@ class Queue(Destination):
         self.cache: deque[Message] = deque()  # the queue live buffer, in store order
         self.cache_bytes = 0
         self.backlog_after: int | None = None  # stored messages after this seq are not cached
+        self.left_upto = 0  # the last stored message left in the store, not cached
         self.reading_backlog = False
         self.last_dispatch = services.runtime.monotonic()
         self._arrivals = 0
@@ -78,8 +79,10 @@ class Queue(Destination):
             and persistence.cache_bytes + message.size <= persistence.cache_limit
         ):
             self._cache_append(message)
-        elif self.backlog_after is None:
-            self.backlog_after = message.store_seq - 1  # it, and all after it, stay in the store
+        else:
+            if self.backlog_after is None:
+                self.backlog_after = message.store_seq - 1  # it, and all after, stay in the store
+            self.left_upto = message.store_seq
 
     def _cache_append(self, message: Message, front: bool = False) -> None:
         if front:
@@ -218,7 +221,10 @@ class Queue(Destination):
             self._cache_append(message)
         if batch.expired and self.reading.expiryonread:
             self.services.expiry.expired_stored(batch.expired)
-        self.backlog_after = None if batch.at_end else batch.last_seq
+        # A message committed and left in the store while the read ran may be after what
+        # the read saw: the backlog ends only once a read has seen every one left.
+        at_end = batch.at_end and self.left_upto <= batch.last_seq
+        self.backlog_after = None if at_end else batch.last_seq
         self.dispatch()
 
     def _backlog_failed(self, error: Exception) -> None:
@@ -266,6 +272,7 @@ class Queue(Destination):
         idle = self.services.runtime.monotonic() - self.last_dispatch > idle_for
         if self.cache and idle:
             first = self.cache[0].store_seq
+            self.left_upto = max(self.left_upto, self.cache[-1].store_seq)
             self._clear_cache()
             self.backlog_after = first - 1
 

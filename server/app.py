@@ -21,7 +21,7 @@ from wiremq.config.groups import (
     SlowSubscriberSettings,
 )
 from wiremq.config.xmlconfig import ServerConfig
-from wiremq.modules.cleanup import Periodic, StoreCleanup
+from wiremq.modules.cleanup import CatchUp, Periodic, StoreCleanup
 from wiremq.modules.core import Core
 from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
@@ -54,7 +54,7 @@ class WiremqServer:
         self.listening: IListeningPort | None = None
         self.store: MessageStore | None = None
         self.core: Core | None = None
-        self.cleanups: list[StoreCleanup | Periodic] = []
+        self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []
         self.server = ServerSettings.read(settings, "Server")
         self.listener = ListenerSettings.read(settings, "StompListener")
         self.slow_subscribers = SlowSubscriberSettings.read(settings, "SlowSubscriber")
@@ -100,6 +100,7 @@ class WiremqServer:
         assert persistence is not None
 
         self.cleanups = [
+            CatchUp(runtime, settings, persistence),
             StoreCleanup(
                 "persqueue",
                 QUEUE_PREFIX,

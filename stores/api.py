@@ -41,6 +41,10 @@ class StoreTransaction:
       ``subscribes`` included); otherwise it gets no position.
     - ``removals``: stored messages to delete, by position; positions no longer
       there are skipped (a cleanup may have got there first).
+    - ``moves``: stored messages to move, e.g. an expired one to its dead
+      message queue: the message at the position is deleted and the one given
+      (its copy for the new destination) appended, only if the position still
+      held a message, so that a message acknowledged meanwhile is not moved.
     - ``acknowledgements``: durable subscriptions' acknowledged positions; a
       position never moves back, and an unknown subscription is skipped.
     - ``subscribes``: durable subscriptions to create or resume: (key, topic,
@@ -49,9 +53,10 @@ class StoreTransaction:
     - ``unsubscribes``: durable subscriptions to delete with their backlog; an
       unknown one is skipped.
 
-    Subscription changes apply first (so that an append in the same
-    transaction is kept for a subscription it creates), then appends,
-    removals and acknowledgements.
+    Subscription changes apply first, subscribes before unsubscribes (so
+    that an append in the same transaction is kept for a subscription it
+    creates), then appends, removals, moves (so a removal of the same position
+    wins) and acknowledgements.
     """
 
     appends: tuple[StoredMessage, ...] = ()
@@ -59,6 +64,7 @@ class StoreTransaction:
     acknowledgements: tuple[tuple[SubscriptionKey, int], ...] = ()
     subscribes: tuple[tuple[SubscriptionKey, str, str], ...] = ()
     unsubscribes: tuple[SubscriptionKey, ...] = ()
+    moves: tuple[tuple[Position, StoredMessage], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +73,23 @@ class Committed:
 
     ``positions[i]`` is the sequence number ``appends[i]`` got in its log (None
     for a topic message no durable subscription keeps); ``removed`` the
-    messages the removals found, in the order asked; ``subscriptions[i]`` the
-    subscription ``subscribes[i]`` made or resumed and whether it is new.
+    positions the removals found (each reported by exactly one commit), in the
+    order asked; ``subscriptions[i]`` the subscription ``subscribes[i]`` made or
+    resumed and whether it is new; ``moved[i]`` the position ``moves[i]``'s
+    message got, or None if nothing was appended: its source was gone (then
+    nothing was deleted either), or it went to a topic no durable subscription
+    keeps.
+
+    ``removed`` names positions, not messages: whoever removes a message has it
+    already (it was delivered, or ``expired``/``read`` handed it out), and a
+    store that had to hand it back would have to keep every stored message in
+    memory or read it back from the database on the commit path.
     """
 
     positions: tuple[int | None, ...] = ()
-    removed: tuple[tuple[Position, StoredMessage], ...] = ()
+    removed: tuple[Position, ...] = ()
     subscriptions: tuple[tuple[SubscriptionInfo, bool], ...] = ()
+    moved: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,15 +8,12 @@ subscription has passed is garbage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 
 from BTrees.OOBTree import OOBTree, OOTreeSet
 from persistent import Persistent
 
-from .model import LogSet, grouped
-from .records import StoredMessage
+from .model import LogSet
 
 SubscriptionKey = tuple[str, str]  # (client_id, subscription name)
 
@@ -50,50 +47,30 @@ class DurableLogSet(LogSet):
         self.subscriptions: OOBTree = OOBTree()  # SubscriptionKey -> Subscription
         self.subscribers: OOBTree = OOBTree()  # topic -> OOTreeSet of SubscriptionKey
 
-    def subscribe(self, key: SubscriptionKey, topic: str, selector: str) -> Subscription:
-        """Register a subscription that starts at the topic's current end."""
-        sub = Subscription(topic, selector, self.log(topic).last_seq)
-        self.subscriptions[key] = sub
+    def set_subscription(self, key: SubscriptionKey, topic: str, selector: str, acked: int) -> None:
+        """Register a subscription at a given position (the write-ahead log's replay; an
+        existing one by that key must have been dropped first)."""
+        self.subscriptions[key] = Subscription(topic, selector, acked)
         members = self.subscribers.get(topic)
         if members is None:
             members = self.subscribers[topic] = OOTreeSet()
         members.add(key)
-        return sub
 
-    def unsubscribe(self, key: SubscriptionKey) -> Subscription:
+    def drop_subscription(self, key: SubscriptionKey) -> None:
+        """Forget a subscription, leaving its topic's messages as they are."""
         sub: Subscription = self.subscriptions.pop(key)
         members = self.subscribers[sub.topic]
         members.remove(key)
         if not members:
             del self.subscribers[sub.topic]
-            self.log(sub.topic).clear()
-        return sub
 
-    def has_subscribers(self, topic: str) -> bool:
-        return topic in self.subscribers
+    def acknowledge(self, key: SubscriptionKey, upto: int) -> None:
+        """Move a subscription's position forward (never back)."""
+        sub: Subscription = self.subscriptions[key]
+        if upto > sub.acked_seq:
+            sub.acked_seq = upto
 
-    def floor(self, topic: str) -> int:
-        """The highest position every subscription of ``topic`` has passed."""
-        members = self.subscribers.get(topic, ())
+    def collect_upto(self, topic: str, upto: int) -> int:
+        """Remove every message of ``topic`` at or below ``upto``; returns how many."""
         log = self.logs.get(topic)
-        last = 0 if log is None else log.last_seq
-        return min((self.subscriptions[key].acked_seq for key in members), default=last)
-
-    def passed(self, topics: Iterable[str]) -> Iterator[tuple[str, int]]:
-        """(topic, seq) positions of stored messages every subscriber has passed."""
-        for topic in topics:
-            log = self.logs.get(topic)
-            if log is not None:
-                for seq in log.upto(self.floor(topic)):
-                    yield topic, seq
-
-    def collect(
-        self, limit: int, topics: Iterable[str] | None = None
-    ) -> tuple[list[StoredMessage], bool]:
-        """Remove up to ``limit`` passed messages of ``topics`` (default all).
-
-        Returns them and whether none are left.
-        """
-        due = list(islice(self.passed(self.logs.keys() if topics is None else topics), limit))
-        removed = [m for topic, seqs in grouped(due).items() for m in self.pop(topic, seqs)]
-        return removed, len(due) < limit
+        return 0 if log is None else self.discard(topic, list(log.upto(upto)))

@@ -23,6 +23,9 @@ from .fstail import LostTail, read_tail
 
 log = structlog.get_logger(__name__)
 
+# The note of a ZODB commit that applies write-ahead log records (``WalStore``).
+WAL_NOTE = "apply write-ahead log"
+
 _RECOVER_HINT = (
     "The store was not opened and the file was not changed. Keep a copy, then "
     "salvage what is readable with: python -m ZODB.fsrecover {path} {path}.recovered"
@@ -77,6 +80,10 @@ def _open(path: Path, *, read_only: bool) -> FileStorage:
 
 
 def _log_recovery(path: Path, tail: LostTail) -> None:
+    if WAL_NOTE in tail.note:
+        meaning = "a catch-up from the write-ahead log was cut off; the log replays it"
+    else:
+        meaning = "a commit that never returned was cut off; no receipt was sent for it"
     log.warning(
         "store.recovered",
         path=str(path),
@@ -86,5 +93,5 @@ def _log_recovery(path: Path, tail: LostTail) -> None:
         transaction_note=tail.note or "unknown",
         records=tail.records,
         lost_messages=[f"{dest} {mid}" for dest, mid in tail.messages],
-        meaning="a commit that never returned was cut off; no receipt was sent for it",
+        meaning=meaning,
     )

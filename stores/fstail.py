@@ -20,9 +20,9 @@ from persistent.timestamp import TimeStamp
 from ZODB.FileStorage.format import DATA_HDR, DATA_HDR_LEN, TRANS_HDR, TRANS_HDR_LEN
 from ZODB.utils import get_pickle_metadata
 
-from .model import MessageBlock
+from .model import BlockData
 
-_BLOCK_CLASS = (MessageBlock.__module__, MessageBlock.__qualname__)
+_BLOCK_CLASS = (BlockData.__module__, BlockData.__qualname__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,8 @@ def _read_records(file: BinaryIO, pos: int, end: int) -> tuple[int, list[tuple[s
             break
         records += 1
         data = file.read(plen)
-        # Only a block's first revision brings messages; later ones only remove.
+        # Only a block's content brings messages (it is written once; removals rewrite
+        # the block's bookkeeping, a record of its own).
         if plen and prev == 0 and get_pickle_metadata(data) == _BLOCK_CLASS:
             messages.extend(_messages_of(data))
         pos = record_end
@@ -86,7 +87,7 @@ def _read_records(file: BinaryIO, pos: int, end: int) -> tuple[int, list[tuple[s
 
 
 def _messages_of(data: bytes) -> list[tuple[str, str]]:
-    """(destination, message id) of each message in a MessageBlock's pickle: class, then state.
+    """(destination, message id) of each message in a BlockData's pickle: class, then state.
 
     Best effort: this only feeds a log line, so a record that will not decode
     is named as such instead of stopping the recovery.
@@ -95,7 +96,8 @@ def _messages_of(data: bytes) -> list[tuple[str, str]]:
         unpickler = _Unpickler(io.BytesIO(data))
         unpickler.load()
         state = unpickler.load()
-        return [(str(fields[1]), str(fields[0])) for fields in pickle.loads(state["data"])]
+        messages = pickle.loads(state["data"])
+        return [(str(fields[1]), str(fields[0])) for fields in messages if fields is not None]
     except Exception:
         return [("?", "(undecodable record)")]
 

@@ -1,12 +1,16 @@
 """The persistent objects of a store: message blocks, per-destination logs, the root.
 
-The messages a commit appends to one log are kept together as one record (a
+The messages a commit appends to one log are kept together (a
 ``MessageBlock``), not one record per message: ZODB's cost is per record
 (pickling, and a persistent reference in an index bucket rewritten on every
 append), so a group commit of eight messages costs about what one costs.
-The index of blocks is a B-tree with small buckets, so that the bucket an
-append rewrites stays small. Counts live beside the data they count, so that
-watermarks and a reopen never need a scan.
+A block is two records: its bookkeeping (which offsets are gone, each
+message's size) and its messages' pickle (``BlockData``), written once. A
+removal rewrites only the small first one, and the write-ahead log's
+in-memory index is rebuilt at open from the first ones alone, without
+reading any message. The index of blocks is a B-tree with small buckets, so
+that the bucket an append rewrites stays small. Counts live beside the data
+they count, so that watermarks and a reopen never need a scan.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from .errors import StoreError
 from .records import StoredMessage
 
 # A block holds at most this many messages, or this many bytes past its first
-# message, so that removing part of one (which rewrites it) stays cheap.
+# message, so that reading one for a few messages stays cheap.
 BLOCK_MESSAGES = 64
 BLOCK_BYTES = 32_768
+# A block written by the write-ahead log's catch-up may have holes (messages
+# removed before they reached ZODB); it spans at most this many positions.
+BLOCK_SPAN = 4 * BLOCK_MESSAGES
 
 
 K = TypeVar("K")
@@ -41,43 +48,68 @@ def grouped(pairs: Iterable[tuple[K, V]]) -> dict[K, list[V]]:
     return groups
 
 
-def blocks_of(messages: Sequence[StoredMessage]) -> Iterator[Sequence[StoredMessage]]:
-    """Consecutive runs of ``messages`` within the block limits."""
-    start, size = 0, 0
-    for i, message in enumerate(messages):
-        if i > start and (i - start >= BLOCK_MESSAGES or size + message.size > BLOCK_BYTES):
-            yield messages[start:i]
-            start, size = i, 0
+def runs_at(
+    items: Sequence[tuple[int, StoredMessage]],
+) -> Iterator[list[tuple[int, StoredMessage]]]:
+    """Runs of ``items`` ((seq, message), seqs increasing, maybe with gaps) within the block
+    limits: at most ``BLOCK_MESSAGES`` messages, ``BLOCK_BYTES`` past the first one and
+    ``BLOCK_SPAN`` positions each."""
+    run: list[tuple[int, StoredMessage]] = []
+    size = 0
+    for seq, message in items:
+        if run and (
+            len(run) >= BLOCK_MESSAGES
+            or size + message.size > BLOCK_BYTES
+            or seq - run[0][0] >= BLOCK_SPAN
+        ):
+            yield run
+            run, size = [], 0
+        run.append((seq, message))
         size += message.size
-    if start < len(messages):
-        yield messages[start:]
+    if run:
+        yield run
+
+
+class BlockData(Persistent):
+    """The messages of one block as one pickle of their ``StoredMessage.fields()``
+    (None for a hole); written once, never changed."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class MessageBlock(Persistent):
-    """Messages appended to one log in one commit, at consecutive sequence numbers.
+    """Messages appended to one log together, at consecutive sequence numbers.
 
-    ``data`` is the messages' ``StoredMessage.fields()`` (fields added later
-    must come last, with defaults) as one pickle; ``gone`` holds the
-    offsets of the ones removed since. A read decodes the block and keeps
-    nothing; removals keep the decoded messages in a volatile attribute
-    (ZODB drops it with the object's state) until the block is empty, so
-    memory holds a second copy only of blocks being consumed.
+    ``content`` holds the messages (fields added to ``StoredMessage`` later
+    must come last, with defaults); ``gone`` the offsets removed since (and
+    the holes of a block written with some); ``sizes`` and ``expiries`` each
+    offset's size and expiry (None: none expires), so that removing a message
+    (``discard``) never reads the content. A read decodes the block and keeps
+    nothing.
     """
 
-    def __init__(self, messages: Sequence[StoredMessage]) -> None:
+    def __init__(self, messages: Sequence[StoredMessage | None]) -> None:
         try:
-            self.data = pickle.dumps(tuple(m.fields() for m in messages), protocol=5)
+            data = pickle.dumps(
+                tuple(None if m is None else m.fields() for m in messages), protocol=5
+            )
         except Exception as exc:
             raise StoreError(f"messages cannot be stored: {exc}") from exc
+        self.content = BlockData(data)
         self.count = len(messages)
-        self.gone: frozenset[int] = frozenset()
+        self.sizes: tuple[int, ...] = tuple(0 if m is None else m.size for m in messages)
+        expiries = tuple(0 if m is None else m.expires for m in messages)
+        self.expiries: tuple[int, ...] | None = expiries if any(expiries) else None
+        self.gone: frozenset[int] = frozenset(i for i, m in enumerate(messages) if m is None)
 
-    def messages(self) -> tuple[StoredMessage, ...]:
-        """Every message of the block, removed ones included (see ``gone``)."""
-        cached: tuple[StoredMessage, ...] | None = getattr(self, "_v_messages", None)
-        if cached is None:
-            return tuple(StoredMessage(*fields) for fields in pickle.loads(self.data))
-        return cached
+    def messages(self) -> tuple[StoredMessage | None, ...]:
+        """Every message of the block by offset, removed ones included (see ``gone``);
+        None for a hole."""
+        return tuple(
+            None if fields is None else StoredMessage(*fields)
+            for fields in pickle.loads(self.content.data)
+        )
 
     def live_offsets(self) -> Iterator[int]:
         """Offsets of the messages not removed, in order, without decoding the block."""
@@ -87,26 +119,20 @@ class MessageBlock(Persistent):
     def live(self) -> Iterator[tuple[int, StoredMessage]]:
         """(offset, message) of the messages not removed, in order."""
         messages = self.messages()
-        return ((i, messages[i]) for i in self.live_offsets())
+        return ((i, messages[i]) for i in self.live_offsets())  # type: ignore[misc]
 
-    def remove(self, offsets: Iterable[int]) -> tuple[dict[int, StoredMessage], bool]:
-        """Take messages out; returns those that were there, by offset, and whether
-        none is left.
+    def discard(self, offsets: Iterable[int]) -> tuple[list[int], bool]:
+        """Take messages out without reading them; returns the offsets that were there
+        and whether none is left (then the block is not changed: the caller drops it,
+        and rewriting it would only write garbage)."""
+        taken = sorted({i for i in offsets if 0 <= i < self.count and i not in self.gone})
+        emptied = bool(taken) and len(self.gone) + len(taken) == self.count
+        if taken and not emptied:
+            self.gone = self.gone | set(taken)
+        return taken, emptied
 
-        A block left empty is not changed: the caller drops it, and rewriting
-        it would only write garbage. Offsets not (or no longer) there are skipped.
-        """
-        taken = {i for i in offsets if 0 <= i < self.count and i not in self.gone}
-        if not taken:
-            return {}, False
-        messages = self.messages()
-        emptied = len(self.gone) + len(taken) == self.count
-        if emptied:
-            self._v_messages = None
-        else:
-            self._v_messages = messages
-            self.gone = self.gone | taken
-        return {i: messages[i] for i in taken}, emptied
+    def expires_at(self, offset: int) -> int:
+        return 0 if self.expiries is None else self.expiries[offset]
 
 
 class BlockIndex(LOBTree):
@@ -130,33 +156,37 @@ class MessageLog(Persistent):
         self.count = 0
         self.bytes = 0
 
-    def append(self, messages: Sequence[StoredMessage]) -> int:
-        """Add messages at the end, in as few blocks as the block limits allow;
-        returns the first one's sequence number."""
-        first = self.last_seq + 1
-        for run in blocks_of(messages):
-            self.blocks[self.last_seq + 1] = MessageBlock(run)
-            self.last_seq += len(run)
-        self.count += len(messages)
-        self.bytes += sum(m.size for m in messages)
-        return first
+    def append_at(self, items: Sequence[tuple[int, StoredMessage]], last_seq: int) -> None:
+        """Add messages at the positions given (increasing, past the end, maybe with
+        gaps), then move the end to ``last_seq`` (positions handed out but whose
+        messages are already gone count too, so that none is ever used twice)."""
+        if items and items[0][0] <= self.last_seq:
+            raise StoreError(f"position {items[0][0]} is not past the end of the log")
+        for run in runs_at(items):
+            first = run[0][0]
+            slots: list[StoredMessage | None] = [None] * (run[-1][0] - first + 1)
+            for seq, message in run:
+                slots[seq - first] = message
+            self.blocks[first] = MessageBlock(slots)
+        self.count += len(items)
+        self.bytes += sum(m.size for _, m in items)
+        self.last_seq = max(self.last_seq, last_seq, items[-1][0] if items else 0)
 
-    def pop(self, seqs: Iterable[int]) -> list[tuple[int, StoredMessage]]:
-        """Remove messages by position, block by block; returns (seq, message) of those
-        that were there, in the order asked. Positions not (or no longer) there are
-        skipped."""
-        wanted = list(dict.fromkeys(seqs))
-        starts = ((self._block_start(seq), seq) for seq in wanted)
+    def discard(self, seqs: Iterable[int]) -> list[tuple[int, int, int]]:
+        """Remove messages by position without reading them; returns (seq, size, expires)
+        of those that were there. Positions not (or no longer) there are skipped."""
+        starts = ((self._block_start(seq), seq) for seq in dict.fromkeys(seqs))
         by_block = grouped((first, seq - first) for first, seq in starts if first is not None)
-        found: dict[int, StoredMessage] = {}
+        found: list[tuple[int, int, int]] = []
         for first, offsets in by_block.items():
-            taken, emptied = self.blocks[first].remove(offsets)
+            block = self.blocks[first]
+            taken, emptied = block.discard(offsets)
             if emptied:
                 del self.blocks[first]
-            found.update((first + i, message) for i, message in taken.items())
+            found += [(first + i, block.sizes[i], block.expires_at(i)) for i in taken]
         self.count -= len(found)
-        self.bytes -= sum(m.size for m in found.values())
-        return [(seq, found[seq]) for seq in wanted if seq in found]
+        self.bytes -= sum(size for _, size, _ in found)
+        return found
 
     def after(self, seq: int) -> Iterator[tuple[int, StoredMessage]]:
         """Messages with a sequence number above ``seq``, in order."""
@@ -165,6 +195,34 @@ class MessageLog(Persistent):
             for offset, message in block.live():
                 if first + offset > seq:
                     yield first + offset, message
+
+    def read(
+        self, after_seq: int, *, now_ms: int, limit: int, max_bytes: int
+    ) -> tuple[list[tuple[int, StoredMessage]], list[tuple[int, StoredMessage]], int, bool]:
+        """A batch in order after ``after_seq``: (messages, expired ones met, the last
+        position examined, whether the end was reached).
+
+        Stops after examining ``limit`` messages (expired ones included, so a
+        run of expired messages cannot make one call unbounded) or before
+        exceeding ``max_bytes``; a message bigger than ``max_bytes`` still
+        comes back alone.
+        """
+        messages: list[tuple[int, StoredMessage]] = []
+        expired: list[tuple[int, StoredMessage]] = []
+        size = 0
+        last_seq = after_seq
+        for seq, message in self.after(after_seq):
+            if len(messages) + len(expired) >= limit or (
+                messages and size + message.size > max_bytes
+            ):
+                return messages, expired, last_seq, False
+            last_seq = seq
+            if message.expired(now_ms):
+                expired.append((seq, message))
+            else:
+                messages.append((seq, message))
+                size += message.size
+        return messages, expired, last_seq, True
 
     def upto(self, seq: int) -> Iterator[int]:
         """Sequence numbers of the messages at or below ``seq``, in order."""
@@ -196,11 +254,14 @@ class LogSet(Persistent):
     """The root object of one store: its logs and the expiry index.
 
     It keeps no totals: a total here would rewrite the root on every commit;
-    the store adds up the logs' counts instead (see ``counts``).
+    the store adds up the logs' counts instead (see ``counts``). ``applied_lsn``
+    is the last write-ahead log record applied to it, recorded in the same
+    ZODB commit as the changes, so that a replay neither repeats nor skips one.
     """
 
-    LAYOUT = 2  # the layout this module reads and writes (2: message blocks)
+    LAYOUT = 3  # the layout this module reads and writes (3: blocks with separate content)
     layout = 1  # what a root written before layouts were recorded reads as
+    applied_lsn = 0  # a root the write-ahead log never wrote to
 
     def __init__(self) -> None:
         self.logs: OOBTree = OOBTree()
@@ -214,42 +275,59 @@ class LogSet(Persistent):
             log = self.logs[destination] = MessageLog()
         return log
 
-    def append(self, messages: Sequence[StoredMessage]) -> list[int]:
-        """Add messages to their destinations' logs; returns each one's position there.
-
-        Each destination's messages keep their order and go into as few
-        blocks as the block limits allow.
-        """
-        positions = [0] * len(messages)
-        by_destination = grouped((m.destination, (i, m)) for i, m in enumerate(messages))
-        for destination, indexed in by_destination.items():
-            start = self.log(destination).append([m for _, m in indexed])
-            for n, (i, message) in enumerate(indexed):
-                positions[i] = start + n
-                if message.expires:
-                    self.expiry.add((message.expires, destination, start + n))
-        return positions
-
-    def pop(self, destination: str, seqs: Iterable[int]) -> list[StoredMessage]:
-        """Remove messages of one destination by position (see ``MessageLog.pop``)."""
-        log = self.logs.get(destination)
-        removed = [] if log is None else log.pop(seqs)
-        for seq, message in removed:
+    def append_at(
+        self, destination: str, items: Sequence[tuple[int, StoredMessage]], last_seq: int
+    ) -> None:
+        """Add messages to one log at given positions (see ``MessageLog.append_at``)."""
+        self.log(destination).append_at(items, last_seq)
+        for seq, message in items:
             if message.expires:
-                self.expiry.remove((message.expires, destination, seq))
-        return [message for _, message in removed]
+                self.expiry.add((message.expires, destination, seq))
 
-    def expire_due(self, now_ms: int, limit: int) -> tuple[list[StoredMessage], bool]:
-        """Remove up to ``limit`` messages due at ``now_ms``, soonest first.
+    def discard(self, destination: str, seqs: Iterable[int]) -> int:
+        """Remove messages of one destination by position without reading them (see
+        ``MessageLog.discard``); returns how many were there."""
+        log = self.logs.get(destination)
+        found = [] if log is None else log.discard(seqs)
+        for seq, _, expires in found:
+            if expires:
+                self.expiry.remove((expires, destination, seq))
+        return len(found)
 
-        Returns them and whether no more are due. Stale index entries (left by
-        ``clear``) are dropped and count towards the limit, so that one call's
-        transaction stays small either way.
-        """
-        due = list(islice(self.expiry.keys(max=(now_ms + 1,), excludemax=True), limit))
-        by_destination = grouped((destination, seq) for _, destination, seq in due)
-        removed = [m for name, seqs in by_destination.items() for m in self.pop(name, seqs)]
-        for key in due:
-            if key in self.expiry:  # stale: its message had already gone
-                self.expiry.remove(key)
-        return removed, len(due) < limit
+    def due(
+        self, now_ms: int, limit: int
+    ) -> tuple[list[tuple[str, int, StoredMessage]], list[tuple[int, str, int]]]:
+        """Up to ``limit`` expiry index entries due at ``now_ms``, soonest first:
+        (destination, seq, message) of those whose message is there, and the stale
+        keys (left by ``MessageLog.clear``) met on the way, changing nothing."""
+        found: list[tuple[str, int, StoredMessage]] = []
+        stale: list[tuple[int, str, int]] = []
+        decoded: dict[tuple[str, int], tuple[StoredMessage | None, ...]] = {}
+        for key in islice(self.expiry.keys(max=(now_ms + 1,), excludemax=True), limit):
+            _, destination, seq = key
+            message = self._lookup(destination, seq, decoded)
+            if message is None:
+                stale.append(key)
+            else:
+                found.append((destination, seq, message))
+        return found, stale
+
+    def _lookup(
+        self,
+        destination: str,
+        seq: int,
+        decoded: dict[tuple[str, int], tuple[StoredMessage | None, ...]],
+    ) -> StoredMessage | None:
+        """The message at a position, decoding each block once per ``decoded``."""
+        log = self.logs.get(destination)
+        first = None if log is None else log._block_start(seq)
+        if log is None or first is None:
+            return None
+        block = log.blocks[first]
+        offset = seq - first
+        if offset >= block.count or offset in block.gone:
+            return None
+        messages = decoded.get((destination, first))
+        if messages is None:
+            messages = decoded[destination, first] = block.messages()
+        return messages[offset]

@@ -12,6 +12,7 @@ operator can act on; no password is ever repeated in one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -22,13 +23,23 @@ from .errors import StoreOpenError
 from .filestorage import open_file_storage
 
 
-def open_database(uri: str, *, connect_timeout: float = 10.0, cache_size: int = 1000) -> DB:
-    """Open the database named by ``uri``.
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a store's database is and how to open it.
 
     ``connect_timeout`` bounds the wait for a ZEO or PostgreSQL server;
     ``cache_size`` is the number of objects each connection keeps in memory
     (the index cache: raise it with indexcachesize).
     """
+
+    uri: str
+    connect_timeout: float
+    cache_size: int
+
+
+def open_database(location: Location) -> DB:
+    """Open the database a location names."""
+    uri, connect_timeout, cache_size = location.uri, location.connect_timeout, location.cache_size
     parts = urlsplit(uri)
     opener = _OPENERS.get(parts.scheme)
     if opener is None:

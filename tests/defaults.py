@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from wiremq.config.groups import EgressSettings
+from wiremq.config.groups import EgressSettings, StoreSettings, WalSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import QueueLimits, queue_limits
 from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder
+from wiremq.stores.storage import Location
 
 SETTINGS = Settings(REGISTRY)
 LIMITS = DecoderLimits(
@@ -28,3 +29,13 @@ def decoder(version: str | None = "1.2") -> FrameDecoder:
 def egress(outbox: Outbox | None = None) -> Egress:
     """A client egress with the default queue limits."""
     return Egress(outbox or Outbox(), EGRESS_LIMITS)
+
+
+_STORE = StoreSettings.read(SETTINGS, "PersQueueFileStore")
+_WAL = WalSettings.read(SETTINGS, "WriteAheadLog")
+WAL_OPTIONS = {"segment_bytes": _WAL.segmentsize, "catch_up_bytes": _WAL.catchupsize}
+
+
+def location(uri: str, connect_timeout: float = _STORE.connecttimeout) -> Location:
+    """A store at ``uri`` opened as the server opens it by default."""
+    return Location(uri, connect_timeout, _STORE.indexcachesize)

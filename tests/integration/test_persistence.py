@@ -158,6 +158,8 @@ def test_packing_gives_back_the_space_of_acknowledged_messages(start_server, tmp
     stop = EVENTS.subscribe(lambda e: packed.append(e) if e["event"] == "store.packed" else None)
     try:
         fill(server.port, "/queue/pack", ["x" * 2000 for _ in range(100)], **PERSISTENT)
+        # The database catches up with the write-ahead log within a few catch-up intervals.
+        assert until(lambda: path.stat().st_size > 100 * 2000, 10, every=0.05)
         full = path.stat().st_size
         _drain(server.port, "/queue/pack", 100)
         deadline = time.monotonic() + 10  # for both waits together

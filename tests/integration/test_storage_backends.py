@@ -56,7 +56,7 @@ def test_the_server_runs_on_a_database_server_named_by_a_storage_uri(
     _round_trip_across_restart(reactor, start_server, overrides)
 
 
-def test_a_torn_last_transaction_is_recovered_on_start_and_logged(reactor, start_server, tmp_path):
+def test_a_torn_database_commit_is_cut_and_replayed_from_the_log(reactor, start_server, tmp_path):
     server = start_server()
     producer, recorder = connect(server.port)
     for i in range(3):  # one commit each: every SEND waits for its receipt
@@ -73,12 +73,13 @@ def test_a_torn_last_transaction_is_recovered_on_start_and_logged(reactor, start
         server = start_server()
     finally:
         stop()
-    recovered = [e for e in seen if e["event"] == "store.recovered"]
-    assert len(recovered) == 1, "the recovery is logged"
-    assert len(recovered[0]["lost_messages"]) == 1  # the last message's commit was cut
+    [recovered] = [e for e in seen if e["event"] == "store.recovered"]  # the cut is logged
+    assert "the log replays it" in recovered["meaning"]
+    [replayed] = [e for e in seen if e["event"] == "wal.replayed"]
+    assert replayed["messages"] == 3  # the cut commit came from the write-ahead log, again
     consumer, consumer_recorder = connect(server.port)
     consumer.subscribe("/queue/torn", id="1")
-    assert [m.body for m in consumer_recorder.wait_for_messages(2)] == ["0", "1"]
+    assert [m.body for m in consumer_recorder.wait_for_messages(3)] == ["0", "1", "2"]
 
 
 def test_an_unrecoverable_store_stops_the_server_with_a_clear_message(tmp_path: Path):

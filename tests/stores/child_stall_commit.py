@@ -15,9 +15,10 @@ import time
 
 from ZODB.FileStorage import FileStorage
 
-from wiremq.stores.persqueue import PersQueueStore
+from wiremq.stores.logstore import open_session
+from wiremq.stores.model import LogSet
 from wiremq.stores.records import StoredMessage
-from wiremq.stores.storage import open_database
+from wiremq.stores.storage import Location, open_database
 
 
 def stall(self: FileStorage, *args: object) -> None:
@@ -25,12 +26,19 @@ def stall(self: FileStorage, *args: object) -> None:
     time.sleep(60)
 
 
+def append(session: object, first: int, messages: list[StoredMessage]) -> None:
+    """One ZODB commit appending ``messages`` to /queue/a from position ``first``."""
+    with session.write(f"append {len(messages)}") as root:  # type: ignore[attr-defined]
+        items = list(enumerate(messages, start=first))
+        root.append_at("/queue/a", items, items[-1][0])
+
+
 def main(uri: str) -> None:
-    store = PersQueueStore(open_database(uri))
-    store.append([StoredMessage("kept", "/queue/a", (), b"k")])
+    session = open_session(open_database(Location(uri, 10.0, 1000)), "persqueue", LogSet)
+    append(session, 1, [StoredMessage("kept", "/queue/a", (), b"k")])
     print("COMMITTED", flush=True)
     FileStorage._finish = stall  # type: ignore[method-assign]
-    store.append([StoredMessage(f"lost-{i}", "/queue/a", (), b"l") for i in range(3)])
+    append(session, 2, [StoredMessage(f"lost-{i}", "/queue/a", (), b"l") for i in range(3)])
 
 
 if __name__ == "__main__":

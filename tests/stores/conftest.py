@@ -1,7 +1,8 @@
 """Shared fixtures of the store tests: backends, and a factory for stores on them.
 
-The mixin suites (``store_*_tests.py``) ask for ``stores``; each backend
-class in ``test_backends.py`` provides a ``backend`` fixture naming where the
+The mixin suites (``facade_*_tests.py``) ask for ``wal`` (the message store: the
+write-ahead log in front of the databases); each backend class in
+``test_facade_backends.py`` provides a ``backend`` fixture naming where the
 stores live. Tests that share one ZEO server or one PostgreSQL database keep
 apart by giving their stores root names of their own.
 """
@@ -14,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from .store_fixtures import Stores
+from .store_fixtures import WalStores
 from .store_servers import postgres_cluster, postgres_unavailable, zeo_server
 
 _unique = itertools.count()
 
 
 @pytest.fixture
-def stores(backend: str) -> Iterator[Stores]:
-    opened = Stores(backend, f"t{next(_unique)}")
+def wal(backend: str, tmp_path: Path) -> Iterator[WalStores]:
+    """A ``WalStore`` on the backend, with its log in a folder of its own."""
+    opened = WalStores(backend, tmp_path, f"w{next(_unique)}")
     yield opened
-    opened.restart()
+    opened.close()
 
 
 @pytest.fixture

@@ -37,9 +37,10 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
 
 
 @contextmanager
-def zeo_server(directory: Path) -> Iterator[str]:
-    """A ZEO server (runzeo) on a FileStorage in ``directory``; yields its zeo:// URI."""
-    port = free_port()
+def zeo_server(directory: Path, port: int = 0) -> Iterator[str]:
+    """A ZEO server (runzeo) on a FileStorage in ``directory`` (on ``port``, or a free
+    one); yields its zeo:// URI."""
+    port = port or free_port()
     log = (directory / "zeo.log").open("wb")
     process = subprocess.Popen(
         [

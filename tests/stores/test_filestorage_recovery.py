@@ -12,20 +12,19 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from tests.defaults import location
 from wiremq.stores.errors import StoreOpenError
-from wiremq.stores.persqueue import PersQueueStore
 from wiremq.stores.storage import open_database
 
-from .store_fixtures import message, queue_ids, recovery_events
+from .store_fixtures import database_append, message, queue_ids, recovery_events
 
 
 def write_batches(path: Path, batches: int) -> list[int]:
     """Commit ``batches`` appends of two messages; returns the file size after each."""
-    db = open_database(path.as_uri())
-    store = PersQueueStore(db)
+    db = open_database(location(path.as_uri()))
     sizes = []
     for n in range(batches):
-        store.append([message(f"b{n}-{i}", body=b"x" * 200) for i in range(2)])
+        database_append(db, [message(f"b{n}-{i}", body=b"x" * 200) for i in range(2)])
         sizes.append(path.stat().st_size)
     db.close()
     return sizes
@@ -98,7 +97,7 @@ def test_damage_followed_by_committed_transactions_is_refused_untouched(
         file.write((10**9).to_bytes(8, "big"))
     before = path.read_bytes()
     with pytest.raises(StoreOpenError, match="is damaged at byte .* committed transactions follow"):
-        open_database(path.as_uri())
+        open_database(location(path.as_uri()))
     assert path.read_bytes() == before
 
 
@@ -106,5 +105,5 @@ def test_a_file_that_is_not_a_filestorage_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "Data.fs"
     path.write_bytes(b"this is not a database" * 10)
     with pytest.raises(StoreOpenError, match="is damaged") as caught:
-        open_database(path.as_uri())
+        open_database(location(path.as_uri()))
     assert "fsrecover" in str(caught.value)

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.defaults import location
 from wiremq.stores.errors import StoreBusyError
-from wiremq.stores.persqueue import PersQueueStore
+from wiremq.stores.logstore import open_session
+from wiremq.stores.model import LogSet
 from wiremq.stores.storage import open_database
-
-from .store_fixtures import message
 
 
 def test_a_second_thread_inside_the_store_gets_store_busy(tmp_path: Path) -> None:
-    db = open_database((tmp_path / "Data.fs").as_uri())
-    store = PersQueueStore(db)
+    db = open_database(location((tmp_path / "Data.fs").as_uri()))
+    session = open_session(db, "persqueue", LogSet)
     inside, release = threading.Event(), threading.Event()
 
     def first_user() -> None:
-        with store._session.read():  # hold the store as a long read would
+        with session.read():  # hold the store as a long read would
             inside.set()
             release.wait(10)
 
@@ -28,12 +28,14 @@ def test_a_second_thread_inside_the_store_gets_store_busy(tmp_path: Path) -> Non
     thread.start()
     try:
         assert inside.wait(10)
-        with pytest.raises(StoreBusyError):
-            store.append([message("m")])
-        assert store.count("/queue/a") == 0  # counts stay readable from any thread
+        with pytest.raises(StoreBusyError), session.write("second"):
+            pass
     finally:
         release.set()
         thread.join(10)
-    store.append([message("m")])  # and the store works again once it is free
-    assert store.count("/queue/a") == 1
+    with session.write("again") as root:  # and the store works again once it is free
+        root.log("/queue/a")
+    with session.read() as root:
+        assert "/queue/a" in root.logs
+    session.close()
     db.close()

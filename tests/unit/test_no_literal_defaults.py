@@ -20,7 +20,7 @@ from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKED = ("server", "modules", "admin", "analytics")
+CHECKED = ("server", "modules", "stores", "admin", "analytics")
 NOT_TUNABLE = (0, 1, -1)
 
 
@@ -111,6 +111,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.StoreBufferSettings: [("P2PStore", ""), ("PubSubStore", "")],
     groups.StoreSettings: [("PersQueueFileStore", ""), ("TopicFileStore", "")],
     groups.QueueStoreSettings: [("PersQueueFileStore", "")],
+    groups.WalSettings: [("WriteAheadLog", "")],
     groups.ReplaySettings: [("TopicFileStore", "")],
     groups.LiveBufferSettings: [("DestinationManager", "")],
     groups.WatermarkLimits: [

@@ -1,0 +1,200 @@
+"""The cost of each step of the message path, per message, in one process.
+
+A real ``Core`` (the default pipelines, no store: the messages are not
+persistent) on a minimal runtime, a producer connection and consumer
+connections whose sockets are simulated: the producer's SEND frames go in as
+the socket reader hands them over (300 a read), the consumers' MESSAGE frames
+come out as the socket writer takes them (``Egress.write_out``). No sockets
+and no Twisted, so what it measures is the Python of the path alone.
+
+It prints the CPU per message of the whole path (best of several runs), then
+splits it over the steps by a profile (cProfile's cumulative times, scaled to
+the unprofiled total, since the profiler itself slows small functions most).
+
+    .venv/bin/python bench/path_profile.py                      # queue, 1 consumer, ack auto
+    .venv/bin/python bench/path_profile.py --topic --consumers 4
+    .venv/bin/python bench/path_profile.py --ack client-individual
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from collections import deque
+from collections.abc import Callable
+
+from wiremq.config.groups import EgressSettings
+from wiremq.config.parameters import REGISTRY
+from wiremq.config.settings import Settings
+from wiremq.config.xmlconfig import default_pipelines
+from wiremq.modules.connection import ClientConnection
+from wiremq.modules.core import Core
+from wiremq.modules.egress import Egress, Outbox
+from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.server.logging import configure_logging
+
+READ = 300  # frames per socket read (a 64 KiB read of 128-byte messages holds about 300)
+BUDGET = 65536  # what the socket writer takes per drain (ClientEgress.tcptransmitbytes)
+
+# The steps: each the cumulative time of a function, less that of the steps it calls.
+STEPS = [
+    ("decode and check frames (session)", ("session.py", "receive_data"), []),
+    ("SEND -> message (connection)", ("message.py", "__init__"), []),
+    ("admission module", ("admission.py", "handle"), []),
+    ("transaction module", ("transaction.py", "handle"), [("prioqueue.py", "handle")]),
+    ("thread/buffer module", ("prioqueue.py", "drain"), [("storage.py", "handle")]),
+    ("storage module", ("storage.py", "handle"), [("distributing.py", "handle")]),
+    (
+        "distributing module",
+        ("distributing.py", "handle"),
+        [("pipeline.py", "handle"), ("message.py", "wire_tail"), ("egress.py", "push_message")],
+    ),
+    ("  encoding MESSAGE tails", ("message.py", "wire_tail"), []),
+    ("  egress queues (enqueue)", ("egress.py", "push_message"), []),
+    ("completion and receipts (terminal)", ("pipeline.py", "handle"), []),
+    ("socket writer (egress -> bytes)", ("egress.py", "write_out"), []),
+    ("ACK handling (connection)", ("connection.py", "_acknowledge"), []),
+]
+
+
+class Runtime:
+    """Timers never fire; call_soon runs after each read, as the server's does."""
+
+    def __init__(self) -> None:
+        self.soon: deque[Callable[[], None]] = deque()
+
+    def call_soon(self, function: Callable[[], None]) -> None:
+        self.soon.append(function)
+
+    def call_later(self, delay: float, function: Callable[[], None]) -> Runtime:
+        return self
+
+    def cancel(self) -> None:
+        pass
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def worker(self, name: str) -> object:
+        raise RuntimeError("no store in this bench")
+
+    def run(self) -> None:
+        while self.soon:
+            self.soon.popleft()()
+
+
+class Reader:
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+class Writer:
+    """Takes what the socket writer would; a client-acknowledging consumer ACKs each."""
+
+    def __init__(self, egress: Egress, ack: bool) -> None:
+        egress.writer = self
+        self.ack = ack
+        self.connection: ClientConnection | None = None
+
+    def drain(self, egress: Egress) -> None:
+        parts = egress.write_out(BUDGET)
+        if self.ack and self.connection is not None:
+            acks = [
+                b"ACK\nid:"
+                + head[head.index(b"ack:") + 4 : head.index(b"\n", head.index(b"ack:"))]
+                + b"\n\n\0"
+                for head in parts[::2]
+                if head.startswith(b"MESSAGE")
+            ]
+            if acks:
+                self.connection.data_received(b"".join(acks), time.monotonic())
+        if egress.queues.pending:
+            egress.outbox.ready.append(egress)
+
+
+def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
+    settings = Settings(
+        REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
+    )
+    runtime = Runtime()
+    core = Core(settings, runtime, None, default_pipelines())  # type: ignore[arg-type]
+    outbox = Outbox()
+    limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
+
+    def client(name: str, acks: bool) -> ClientConnection:
+        egress = Egress(outbox, limits)
+        writer = Writer(egress, acks)
+        connection = core.connect(egress, name, Reader(), time.monotonic())
+        writer.connection = connection
+        connection.data_received(b"CONNECT\naccept-version:1.2\n\n\0", time.monotonic())
+        outbox.flush()
+        return connection
+
+    for n in range(consumers):
+        subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
+        client(f"consumer-{n}", ack != "auto").data_received(subscribe, time.monotonic())
+    producer = client("producer", False)
+    frame = f"SEND\ndestination:{destination}\ncontent-length:128\n\n".encode() + b"x" * 128
+    chunk = (frame + b"\0") * READ
+
+    def run(reads: int) -> None:
+        for _ in range(reads):
+            producer.data_received(chunk, time.monotonic())
+            runtime.run()
+            outbox.flush()
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--topic", action="store_true", help="a topic instead of a queue")
+    parser.add_argument("--consumers", type=int, default=1)
+    parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
+    parser.add_argument("--reads", type=int, default=300)
+    args = parser.parse_args()
+    configure_logging("warning")
+    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack)
+    run(20)  # warm-up
+    messages = args.reads * READ
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        run(args.reads)
+        best = min(best, time.process_time() - started)
+    total = best / messages * 1e6
+    kind = "topic" if args.topic else "queue"
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies:")
+    print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
+    profile = cProfile.Profile()
+    profile.runcall(run, args.reads)
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    whole = sum(tottime for _, _, tottime, _, _ in stats.values())
+
+    def cumulative(file: str, function: str) -> float:
+        return float(
+            sum(
+                entry[3]
+                for (path, _, name), entry in stats.items()
+                if path.endswith(file) and name == function
+            )
+        )
+
+    for label, step, callees in STEPS:
+        own = cumulative(*step) - sum(cumulative(*callee) for callee in callees)
+        if own > 0:
+            print(f"  {label:40} {own / whole * total:6.2f} us  ({own / whole:5.1%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,458 @@
+"""The write-ahead log's files: records in prefilled segments, one write and one fdatasync each.
+
+A record is a 16-byte header and a payload::
+
+    crc32 (4) | payload length (4) | LSN (8) | payload
+
+all big-endian; the CRC covers the length, the LSN and the payload. LSNs
+(log sequence numbers) count records from 1, one after the other, across
+segments.
+
+Segments are files of ``segment_bytes`` named after the LSN of their first
+record (``00000000000000000042.wal``), zero-filled when created, and records
+are written into them in place (``pwrite``) and made durable with
+``fdatasync``. Writing inside a file of fixed size changes no metadata, so a
+sync flushes the data alone; appending to a growing file (O_APPEND) also
+commits the new file size to the file system's journal on every sync, which
+measured about half as many syncs per second (see docs/architecture.md,
+"Write-ahead log"). A record that does not fit in the rest of a segment goes
+to the next one; one bigger than a segment gets a segment of its own, exactly
+its size. The next segment is zero-filled ahead of need (``prepare``, by the
+catch-up thread), so that the committing thread only renames it.
+
+Where the records of a segment end, zeros follow. At open every kept
+segment is read: a record that is cut short or fails its CRC at the very end
+is a torn write of a commit that never returned (its bytes are reported and
+zeroed, ``TornTail``); damage followed by good records is refused with
+``StoreOpenError`` and nothing is changed. Segments are deleted once every
+database has applied all their records (``release``).
+
+Threads: ``append`` (and ``start``) from the committing thread; ``records``,
+``release`` and ``prepare`` from one other thread; they share the segment list
+under a lock.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import zc.lockfile
+
+from .errors import StoreError, StoreOpenError
+
+HEADER = struct.Struct(">IIQ")  # crc32, payload length, LSN
+LSN = struct.Struct(">Q")
+_NAME = re.compile(r"^(\d{20})\.wal$")
+_PREPARED = "prepared.tmp"
+_ZEROS = bytes(1 << 20)
+
+sync_data: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_name(lsn: int) -> str:
+    return f"{lsn:020d}.wal"
+
+
+def encode_record(lsn: int, payload: bytes) -> bytes:
+    rest = struct.pack(">IQ", len(payload), lsn)
+    return struct.pack(">I", zlib.crc32(payload, zlib.crc32(rest))) + rest + payload
+
+
+def record_at(data: bytes | mmap.mmap, pos: int, lsn: int | None = None) -> int:
+    """The end of a whole, intact record at ``pos`` (with that LSN, if given), or -1."""
+    if pos + HEADER.size > len(data):
+        return -1
+    crc, length, found = HEADER.unpack_from(data, pos)
+    end = pos + HEADER.size + length
+    if (lsn is not None and found != lsn) or end > len(data):
+        return -1
+    view = memoryview(data)
+    try:
+        if zlib.crc32(view[pos + HEADER.size : end], zlib.crc32(view[pos + 4 : pos + 16])) != crc:
+            return -1
+    finally:
+        view.release()
+    return end
+
+
+@dataclass
+class Segment:
+    first: int  # the LSN of its first record (its name)
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """The remains of a write cut short by a crash, at the end of the log."""
+
+    segment: str
+    offset: int
+    size: int  # non-zero bytes from ``offset``
+    lsn: int  # the LSN the lost record would have had
+    header: bool  # whether its header (with that LSN) was readable
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    ends: dict[int, int]  # segment first LSN -> where its records end
+    last_lsn: int  # 0 if no record
+    torn: TornTail | None
+
+
+class WriteAheadLog:
+    """The log in one folder; see the module doc."""
+
+    def __init__(self, folder: Path, *, segment_bytes: int) -> None:
+        """Lock the folder and read every segment (changing nothing).
+
+        Raises ``StoreOpenError`` if the folder is in use or the log is damaged.
+        """
+        if segment_bytes < HEADER.size:
+            raise ValueError("segment_bytes must hold at least one record header")
+        self.folder = folder
+        self.segment_bytes = segment_bytes
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._lock_file = zc.lockfile.LockFile(str(folder / "lock"))
+        except zc.lockfile.LockError as exc:
+            raise StoreOpenError(f"{folder} is in use by another process ({exc})") from exc
+        except OSError as exc:
+            raise StoreOpenError(f"cannot use {folder}: {exc.strerror or exc}") from exc
+        self._lock = threading.Lock()  # guards _segments and _prepared
+        try:
+            self._segments = self._list()
+            scan = self._scan()
+        except BaseException:
+            self._lock_file.close()
+            raise
+        self._ends = scan.ends
+        self.torn = scan.torn
+        # The records kept are first_lsn..last_lsn (none if last_lsn < first_lsn).
+        self.first_lsn = self._segments[0].first if self._segments else 1
+        self.last_lsn = scan.last_lsn
+        self.durable_lsn = scan.last_lsn  # the last record known durable (any thread reads it)
+        self._prepared = False
+        self._fd = -1
+        self._offset = 0
+        self._next_lsn = 0
+        self._failed: str | None = None
+        self._reader: _Reader | None = None
+
+    # -- open -------------------------------------------------------------------------
+
+    def _list(self) -> list[Segment]:
+        segments = []
+        for path in self.folder.iterdir():
+            if match := _NAME.match(path.name):
+                segments.append(Segment(int(match.group(1)), path, path.stat().st_size))
+        return sorted(segments, key=lambda s: s.first)
+
+    def _scan(self) -> _Scan:
+        ends: dict[int, int] = {}
+        expected = self._segments[0].first if self._segments else 1
+        torn: TornTail | None = None
+        for i, segment in enumerate(self._segments):
+            data = segment.path.read_bytes()
+            if torn is not None:
+                raise self._damaged(segment, 0, "a segment follows an unreadable record")
+            if segment.first != expected:
+                raise self._damaged(
+                    segment, 0, f"it starts at record {segment.first}, record {expected} was next"
+                )
+            pos = 0
+            while (end := record_at(data, pos, expected)) >= 0:
+                pos, expected = end, expected + 1
+            ends[segment.first] = pos
+            tail = len(data[pos:].rstrip(b"\0"))
+            if not tail:
+                continue
+            if self._good_records_follow(data, pos, expected, self._segments[i + 1 :]):
+                raise self._damaged(segment, pos, "good records follow an unreadable one")
+            _, _, lsn = (
+                HEADER.unpack_from(data, pos) if pos + HEADER.size <= len(data) else (0, 0, 0)
+            )
+            torn = TornTail(segment.path.name, pos, tail, expected, lsn == expected)
+        return _Scan(ends, expected - 1, torn)
+
+    @staticmethod
+    def _good_records_follow(data: bytes, pos: int, expected: int, later: list[Segment]) -> bool:
+        """Whether an intact record of one of the next few LSNs lies past ``pos`` in this
+        segment, or a later segment starts with an intact record."""
+        for lsn in range(expected, expected + 3):
+            pattern = LSN.pack(lsn)
+            at = data.find(pattern, pos + 1)
+            while at >= 0:
+                if at - 8 > pos and record_at(data, at - 8, lsn) >= 0:
+                    return True
+                at = data.find(pattern, at + 1)
+        for segment in later:
+            with segment.path.open("rb") as file:
+                head = file.read(HEADER.size)
+                _, length, lsn = HEADER.unpack(head) if len(head) == HEADER.size else (0, 0, 0)
+                if record_at(head + file.read(length), 0, lsn) >= 0 and lsn:
+                    return True
+        return False
+
+    def _damaged(self, segment: Segment, offset: int, why: str) -> StoreOpenError:
+        self._lock_file.close()
+        return StoreOpenError(
+            f"the write-ahead log {segment.path} is damaged at byte {offset}: {why}. "
+            "Nothing was opened or changed. Keep a copy of the folder; the records "
+            "before the damage can be replayed by moving the later segments away, "
+            "which loses the commits in them."
+        )
+
+    def cut_torn_tail(self) -> TornTail | None:
+        """Zero the torn write found at open, if any (before anything new is written)."""
+        torn = self.torn
+        if torn is not None:
+            fd = os.open(self.folder / torn.segment, os.O_RDWR)
+            try:
+                _zero(fd, torn.offset, torn.size)
+                sync_data(fd)
+            finally:
+                os.close(fd)
+            self.torn = None
+        return torn
+
+    def start(self, next_lsn: int) -> None:
+        """Be ready to append records from ``next_lsn`` on (past every record kept).
+
+        The last segment is continued if the new records follow on from it.
+        Otherwise (the databases have applied records this log no longer
+        has) the caller has applied every record kept: the segments are
+        deleted and a new one begins, so that LSNs never skip inside the log.
+        """
+        if next_lsn <= self.last_lsn:
+            raise StoreError(f"record {next_lsn} was written already")
+        if self.torn is not None:
+            raise StoreError("the torn tail must be cut before anything is written")
+        for path in self.folder.glob("*.tmp"):
+            if path.name == _PREPARED and path.stat().st_size == self.segment_bytes:
+                self._prepared = True  # zero-filled and synced before it got this name
+            else:
+                path.unlink()  # a segment being prepared when the process died
+        self._next_lsn = next_lsn
+        last = self._segments[-1] if self._segments else None
+        if last is not None and next_lsn == self.last_lsn + 1:
+            self._open_segment(last, self._ends[last.first])
+            return
+        for segment in self._segments:
+            segment.path.unlink()
+        self._segments = []
+        self._rotate(0)
+
+    # -- the committing thread ------------------------------------------------------------
+
+    def append(self, payload: bytes) -> int:
+        """Write one record and make it durable; returns its LSN.
+
+        Raises ``StoreError`` if it could not be made durable; the bytes
+        written are zeroed again, so that the record is not found at the next
+        open. If even that fails, every later append fails too (the process
+        must restart and the next open decides what reached the disk).
+        """
+        if self._failed:
+            raise StoreError(f"the write-ahead log failed earlier ({self._failed}); restart")
+        lsn = self._next_lsn
+        record = encode_record(lsn, payload)
+        offset = self._offset
+        try:
+            if offset + len(record) > self._segment.size:
+                self._rotate(len(record))
+                offset = 0
+        except OSError as exc:
+            raise StoreError(f"cannot start a write-ahead log segment: {exc}") from exc
+        try:
+            self._write_record(self._fd, record, offset)
+            sync_data(self._fd)
+        except OSError as exc:
+            self._take_back(offset, len(record), exc)
+            raise StoreError(f"cannot write the write-ahead log: {exc}") from exc
+        self._offset = offset + len(record)
+        self._next_lsn = lsn + 1
+        self.durable_lsn = lsn
+        return lsn
+
+    def _write_record(self, fd: int, record: bytes, offset: int) -> None:
+        """Write ``record`` at ``offset`` (a seam: tests replace it to tear writes)."""
+        view = memoryview(record)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def _take_back(self, offset: int, size: int, exc: OSError) -> None:
+        try:
+            _zero(self._fd, offset, max(0, min(size, self._segment.size - offset)))
+            sync_data(self._fd)
+        except OSError:
+            self._failed = str(exc)
+
+    def _rotate(self, needed: int) -> None:
+        """Start the next segment (it takes the LSN of the next record as its name).
+
+        Until the new segment is in place the current one stays in use, so a
+        failure here (no space for a new segment) fails this append only.
+        """
+        path = self.folder / segment_name(self._next_lsn)
+        size = max(self.segment_bytes, needed)
+        with self._lock:
+            ready = self._prepared and size == self.segment_bytes
+            self._prepared = False if ready else self._prepared
+        if ready:
+            os.rename(self.folder / _PREPARED, path)
+        else:
+            _create_zeroed(path.with_name(path.name + ".tmp"), size)
+            os.rename(path.with_name(path.name + ".tmp"), path)
+        _sync_folder(self.folder)
+        fd = os.open(path, os.O_RDWR)
+        segment = Segment(self._next_lsn, path, size)
+        with self._lock:
+            self._segments.append(segment)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._segment, self._offset = fd, segment, 0
+
+    def _open_segment(self, segment: Segment, offset: int) -> None:
+        self._fd, self._segment, self._offset = os.open(segment.path, os.O_RDWR), segment, offset
+
+    # -- the catch-up thread -------------------------------------------------------------
+
+    def records(self, after: int, upto: int, max_bytes: int) -> list[tuple[int, bytes]]:
+        """The records after LSN ``after`` up to ``upto`` (durable ones), in order, at
+        least one and about ``max_bytes`` of payload."""
+        if self._reader is None or self._reader.next_lsn != after + 1:
+            self._reader = _Reader(self, after + 1)
+        return self._reader.read(upto, max_bytes)
+
+    def segment_at(self, lsn: int) -> Segment:
+        """The segment that holds record ``lsn``."""
+        with self._lock:
+            found = [s for s in self._segments if s.first <= lsn]
+        if not found:
+            raise StoreError(f"record {lsn} is not in the write-ahead log any more")
+        return found[-1]
+
+    def release(self, upto: int) -> int:
+        """Delete the segments whose records are all at or below LSN ``upto`` (never the
+        one being written); returns how many."""
+        with self._lock:
+            segments = list(self._segments)
+        gone = [
+            s for s, after in zip(segments, segments[1:], strict=False) if after.first <= upto + 1
+        ]
+        for segment in gone:
+            segment.path.unlink()
+        with self._lock:
+            self._segments = self._segments[len(gone) :]
+        return len(gone)
+
+    def prepare(self) -> None:
+        """Zero-fill the next segment, unless one is ready."""
+        with self._lock:
+            if self._prepared or self._fd < 0:
+                return
+        partial = self.folder / (_PREPARED + ".partial.tmp")
+        _create_zeroed(partial, self.segment_bytes)
+        os.rename(partial, self.folder / _PREPARED)
+        with self._lock:
+            self._prepared = True
+
+    def segments(self) -> list[Path]:
+        with self._lock:
+            return [s.path for s in self._segments]
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._lock_file.close()
+
+
+class _Reader:
+    """Reads records in order from the segments, mapped into memory one at a time."""
+
+    def __init__(self, log: WriteAheadLog, lsn: int) -> None:
+        self._log = log
+        self._map: mmap.mmap | None = None
+        self._segment: Segment | None = None
+        self._pos = 0
+        self.next_lsn: int = lsn
+        self._enter(log.segment_at(lsn))
+        assert self._segment is not None
+        self.next_lsn = self._segment.first
+        while self.next_lsn < lsn:  # walk to the record asked for
+            end = record_at(self._data(), self._pos, self.next_lsn)
+            if end < 0:
+                raise StoreError(f"record {self.next_lsn} is missing from {self._segment.path}")
+            self._pos, self.next_lsn = end, self.next_lsn + 1
+
+    def read(self, upto: int, max_bytes: int) -> list[tuple[int, bytes]]:
+        found: list[tuple[int, bytes]] = []
+        size = 0
+        while self.next_lsn <= upto and (not found or size < max_bytes):
+            data = self._data()
+            end = record_at(data, self._pos, self.next_lsn)
+            if end < 0:  # the rest of this segment is zeros: on to the next one
+                self._enter(self._log.segment_at(self.next_lsn))
+                continue
+            payload = data[self._pos + HEADER.size : end]
+            found.append((self.next_lsn, payload))
+            size += len(payload)
+            self._pos = end
+            self.next_lsn += 1
+        return found
+
+    def _enter(self, segment: Segment) -> None:
+        if segment is self._segment:
+            raise StoreError(f"record {self.next_lsn} is missing from {segment.path}")
+        self.close()
+        with segment.path.open("rb") as file:
+            self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._segment = segment
+        self._pos = 0
+
+    def _data(self) -> mmap.mmap:
+        assert self._map is not None
+        return self._map
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+
+def _zero(fd: int, offset: int, size: int) -> None:
+    while size > 0:
+        chunk = min(size, len(_ZEROS))
+        os.pwrite(fd, _ZEROS[:chunk], offset)
+        offset, size = offset + chunk, size - chunk
+
+
+def _create_zeroed(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _zero(fd, 0, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
