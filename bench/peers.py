@@ -10,11 +10,20 @@ relay ``ceiling_relay.py``, then prints what the targets are stated in:
 - server CPU per message, wiremq's over the relay's (the cost floor of a
   Twisted broker here), from the brokers' CPU time during the runs.
 
+With ``--persistent`` it measures the persistent scenarios instead, the way
+issue 10 states them: 128-byte persistent messages, a fill first (no consumer;
+the fill rate counts receipted messages), then a drain, for 1 producer waiting
+on every receipt, 8 producers each waiting on every receipt, and 1 producer
+with a receipt on every 100th SEND and 4 receipts in flight; the peers' load
+generator (``stompbench.py --drain-after``) run against each broker in turn,
+interleaved, medians of the repeats, beside the machine's sync rate (a small
+probe in the data folder's file system) and the server CPU per message.
+
 ActiveMQ and RabbitMQ must already run on loopback: ``../shared/peers/setup.sh``
 installs and starts them (STOMP 127.0.0.1:61613 and :61614). Example:
 
     .venv/bin/python bench/peers.py --scenarios queue-np,topic-fanout,latency,client-ack
-    .venv/bin/python bench/peers.py --scenarios queue-p,queue-p-r100 --sizes 128 --rabbit
+    .venv/bin/python bench/peers.py --persistent --rabbit
 
 Every figure it prints comes from compare.py's ``summary.json`` (kept, with
 every run's JSON line, in the ``--out`` folder).
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -59,6 +69,100 @@ def start_relay(port: int) -> subprocess.Popen[bytes]:
         time.sleep(0.1)
     relay.kill()
     raise SystemExit("the ceiling relay did not start")
+
+
+PERSISTENT = {  # name -> (producers, receipt every, receipts in flight, messages)
+    "1 producer, receipt on every SEND": (1, 1, 1, 3000),
+    "8 producers, each waiting on every receipt": (8, 1, 1, 8000),
+    "receipt every 100th, 4 in flight": (1, 100, 4, 100_000),
+}
+
+
+def sync_rate(folder: Path, seconds: float = 2.0) -> float:
+    """Syncs per second of 128 bytes written in place and fdatasync'ed (the log's way)."""
+    probe = folder / "sync-probe"
+    fd = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, 1 << 20)
+        os.fsync(fd)
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            os.pwrite(fd, b"x" * 128, (done * 128) % (1 << 20))
+            os.fdatasync(fd)
+            done += 1
+        return done / (time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        probe.unlink()
+
+
+def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
+    """The persistent scenarios, interleaved over ``brokers``; a table of medians."""
+    runs: dict[tuple[str, str], list[dict[str, object]]] = {}
+    with (out / "persistent.jsonl").open("a") as log:
+        for _ in range(repeats):
+            for scenario, (producers, every, window, count) in PERSISTENT.items():
+                for broker in brokers:
+                    command = [
+                        sys.executable,
+                        str(PEERS / "stompbench.py"),
+                        "--port",
+                        broker["port"],
+                        "--scenario",
+                        "queue-p",
+                        "--drain-after",
+                        "--producers",
+                        str(producers),
+                        "--receipt-every",
+                        str(every),
+                        "--receipt-window",
+                        str(window),
+                        "--messages",
+                        str(count),
+                        "--size",
+                        "128",
+                        *broker["extra"].split(),
+                    ]
+                    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+                    lines = done.stdout.strip().splitlines()
+                    result = json.loads(lines[-1]) if lines else {"errors": [done.stderr[-300:]]}
+                    result["scenario_name"] = scenario
+                    log.write(json.dumps(result) + "\n")
+                    runs.setdefault((scenario, broker["label"]), []).append(result)
+                    print(
+                        f"{broker['label']:8} {scenario:45} fill {result.get('send_msgs_per_s')} "
+                        f"drain {result.get('drain_msgs_per_s')} {result.get('errors') or ''}",
+                        flush=True,
+                    )
+
+    def median(scenario: str, label: str, key: str) -> float | None:
+        values = [r.get(key) for r in runs.get((scenario, label), [])]
+        numbers = sorted(float(v) for v in values if isinstance(v, int | float))
+        return numbers[len(numbers) // 2] if numbers else None
+
+    labels = [b["label"] for b in brokers]
+    lines = [
+        "| scenario | phase | "
+        + " | ".join(f"{label} msgs/s" for label in labels)
+        + " | "
+        + " | ".join(f"wiremq/{label}" for label in labels[1:])
+        + " | wiremq us CPU/msg |",
+        "|---|---|" + "---|" * (2 * len(labels) - 1) + "---|",
+    ]
+    for scenario in PERSISTENT:
+        for phase, key in (("fill", "send_msgs_per_s"), ("drain", "drain_msgs_per_s")):
+            rates = [median(scenario, label, key) for label in labels]
+            cpu = median(scenario, "wiremq", "broker_cpu_s")
+            messages = PERSISTENT[scenario][3]
+            per_message = f"{cpu / messages * 1e6:.0f} (fill and drain)" if cpu else "-"
+            lines.append(
+                f"| {scenario} | {phase} | "
+                + " | ".join(number(r) for r in rates)
+                + " | "
+                + " | ".join(ratio(rates[0], r) for r in rates[1:])
+                + f" | {per_message if phase == 'fill' else ''} |"
+            )
+    return "\n".join(lines)
 
 
 def number(value: float | None, digits: int = 0) -> str:
@@ -129,6 +233,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--target-seconds", type=float, default=3.0)
     parser.add_argument("--rabbit", action="store_true", help="RabbitMQ too")
+    parser.add_argument(
+        "--persistent", action="store_true", help="the persistent scenarios (see above)"
+    )
     parser.add_argument("--set", action="append", default=[], metavar="GROUP.NAME=VALUE")
     parser.add_argument("--out", default=f"/tmp/wiremq-peers-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
@@ -140,6 +247,33 @@ def main() -> int:
         return 2
     wiremq = shutil.which("wiremq", path=str(Path(sys.executable).parent))
     assert wiremq is not None, "run with the project's .venv/bin/python"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.persistent:
+        with ManagedServer(wiremq, args.set) as server:
+            print(f"sync rate of {server.workdir}: {sync_rate(server.workdir):,.0f} syncs/s")
+            brokers = [
+                {
+                    "label": "wiremq",
+                    "port": str(server.port),
+                    "extra": f"--broker-pid {server.pid}",
+                },
+                {"label": "amq", "port": "61613", "extra": ""},
+            ]
+            if args.rabbit:
+                brokers.append(
+                    {
+                        "label": "rabbit",
+                        "port": "61614",
+                        "extra": "--login guest --passcode guest --vhost /",
+                    }
+                )
+            table = persistent(brokers, args.repeats, out)
+            print(f"sync rate after: {sync_rate(server.workdir):,.0f} syncs/s")
+        print()
+        print(table)
+        print(f"\nevery run: {out}/persistent.jsonl")
+        return 0
     relay_port = free_port("127.0.0.1")
     relay = start_relay(relay_port)
     try:
