@@ -113,14 +113,26 @@ class ClientConnection:
         self._sends: Batch = []
         self._sends_domain = ""
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
+        self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
         services.clients.add(self)
 
     # -- input ---------------------------------------------------------------------------
 
     def data_received(self, data: bytes, now: float) -> None:
         """Act on everything the bytes complete, in order."""
+        events = self.session.receive_data(data, now)
+        if self._held is not None:
+            self._held.extend(events)
+        else:
+            self._act(events)
+
+    def _act(self, events: list[Request]) -> None:
+        """Act on requests in order. SUBSCRIBE and UNSUBSCRIBE change where messages go, so
+        each waits until what came before it is done (the messages sent before it are
+        where they were going), and what comes after waits for it to be done (a durable
+        subscription stored): the rest is held, and the socket not read, meanwhile."""
         new_message = self.services.ids.message
-        for event in self.session.receive_data(data, now):
+        for index, event in enumerate(events):
             if type(event) is Send:
                 destination = event.destination
                 domain = domain_of(destination)
@@ -134,6 +146,10 @@ class ClientConnection:
                     self.inflight += 1
                     continue
             self._submit()
+            ordered = type(event) in _ORDERED
+            if ordered and self.inflight and not self._failing:
+                self._hold(events[index:])
+                return
             if isinstance(event, BadInput):
                 self.fail(event.error)
                 continue
@@ -141,7 +157,23 @@ class ClientConnection:
                 self._handle(event)
             except (ProtocolError, Refused) as failure:
                 self.fail(failure, event.headers.get("receipt"))
+            if ordered and self.inflight and not self._failing:
+                self._hold(events[index + 1 :])
+                return
         self._submit()
+
+    def _hold(self, events: list[Request]) -> None:
+        """Hold ``events`` (and whatever is read meanwhile) until the client's work in
+        progress is done."""
+        self._held = events
+        self.stop_reading(_ORDERING)
+        self.when_idle(lambda: self.services.runtime.call_soon(self._release))
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        self.start_reading(_ORDERING)
+        if held and not self.session.closed:
+            self._act(held)
 
     def _handle(self, event: Request) -> None:
         if type(event) is Send:  # a destination that is neither a queue nor a topic
@@ -389,12 +421,14 @@ class ClientConnection:
         persistence.unsubscribe(key, removed)
 
     def detach(self, subscription: Subscription) -> None:
-        """End one subscription of this client."""
+        """End one subscription of this client; what was queued for it and not yet written
+        is taken back from the egress (never written after it ended)."""
         del self.subscriptions[subscription.sub_id]
         del self._by_number[str(subscription.number)]
         if subscription.durable_key is not None and self.services.persistence is not None:
             self.services.persistence.active.pop(subscription.durable_key, None)
-        subscription.destination.unsubscribe(subscription)
+        unwritten = subscription.end()
+        subscription.destination.unsubscribe(subscription, unwritten)
         self._set_egress_policy()
 
     # -- acknowledgements ----------------------------------------------------------------
@@ -402,7 +436,7 @@ class ClientConnection:
     def _acknowledge(self, event: Acknowledge) -> None:
         subscription = self._find_delivery(event)
         message_id = event.message_id
-        requeue = event.headers.get("requeue", "true") != "false"
+        requeue = event.headers.get("requeue", "true").lower() != "false"
         transaction = event.headers.get("transaction")
         if transaction is None:
             taken = self._take(subscription, message_id, event.nack, requeue)
@@ -418,8 +452,8 @@ class ClientConnection:
 
     def _take(
         self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
-    ) -> tuple[Destination, list[Message], StoreTransaction] | None:
-        """Apply an ACK/NACK: the destination, the messages taken from the consumer for
+    ) -> tuple[Subscription, list[Message], StoreTransaction] | None:
+        """Apply an ACK/NACK: the subscription, the messages taken from the consumer for
         good (none for a requeuing NACK) and what the store must change; None when it
         was already covered (an earlier cumulative ACK, or the consumer went away)."""
         if subscription.unacked is None or message_id not in subscription.unacked:
@@ -427,9 +461,9 @@ class ClientConnection:
         messages = subscription.take_acknowledged(message_id)
         destination = subscription.destination
         if nack:
-            changes = destination.rejected(messages, requeue)
-            return destination, [] if requeue else messages, changes
-        return destination, messages, destination.acknowledged(subscription, messages)
+            changes = destination.rejected(subscription, messages, requeue)
+            return subscription, [] if requeue else messages, changes
+        return subscription, messages, destination.acknowledged(subscription, messages)
 
     def store_acknowledgement(self, changes: StoreTransaction, receipt: str | None) -> None:
         """Store what acknowledgements changed; ``receipt`` is sent once it is stored."""
@@ -483,10 +517,10 @@ class ClientConnection:
         for ack in transaction.acks:
             applied = ack()
             if applied is not None:
-                destination, messages, change = applied
+                subscription, messages, change = applied
                 changes.append(change)
                 if messages:
-                    taken.append((destination, messages))
+                    taken.append((subscription, messages))
         unit = Unit(
             self,
             event.transaction,
@@ -545,6 +579,11 @@ class ClientConnection:
             "egress": self.egress.queues.stats(),
         }
 
+
+# Requests that take effect only once the client's earlier ones are done, and before its
+# later ones (see ClientConnection._act); and the reason its socket is not read meanwhile.
+_ORDERED = frozenset({Subscribe, Unsubscribe})
+_ORDERING = "waiting for earlier requests"
 
 # What each request does (SENDs to a queue or topic go down the pipelines in batches).
 _HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {

@@ -127,8 +127,9 @@ class Destination(ABC):
         self.dispatch()
 
     @abstractmethod
-    def unsubscribe(self, subscription: Subscription) -> None:
-        """Remove a consumer; what it had not acknowledged is handled per domain."""
+    def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:
+        """Remove a consumer; what it had not acknowledged, and ``unwritten`` (messages
+        handed to it and never written to its socket), are handled per domain."""
 
     @abstractmethod
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
@@ -136,8 +137,11 @@ class Destination(ABC):
         store must change for it."""
 
     @abstractmethod
-    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
-        """Messages a consumer NACKed: what the store must change for it."""
+    def rejected(
+        self, subscription: Subscription, messages: list[Message], requeue: bool
+    ) -> StoreTransaction:
+        """Messages a consumer NACKed: delivered again if ``requeue``, else dropped as if
+        acknowledged; what the store must change for it."""
 
     @abstractmethod
     def state(self) -> dict[str, object]:

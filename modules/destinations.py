@@ -42,10 +42,11 @@ class Destinations:
             )
         kind = "queue" if domain == P2P else "topic"
         suffix = name[len(kind) + 2 :]
-        if not suffix or "*" in suffix or ">" in suffix:
+        if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
             raise Refused(
                 "invalid destination",
-                f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >)",
+                f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
+                "and without control characters",
             )
         destination: Destination
         if domain == P2P:

@@ -166,5 +166,16 @@ class Message:
             self.redelivered = True
             self._wire = None
 
+    def redelivery(self) -> Message:
+        """A copy flagged as redelivered, for one subscriber of a message others share."""
+        copy = Message(
+            self.message_id, self.destination, self.headers, self.body, expires=self.expires
+        )
+        copy.persistent = self.persistent
+        copy.egress_queue = self.egress_queue
+        copy.store_seq = self.store_seq
+        copy.redelivered = True
+        return copy
+
     def __repr__(self) -> str:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"

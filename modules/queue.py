@@ -12,6 +12,7 @@ order they reached the queue; within one mode, always in order.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 
 import structlog
 
@@ -21,6 +22,7 @@ from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P
 from wiremq.modules.subscription import Subscription
 from wiremq.stores.api import Batch, StoreTransaction
+from wiremq.stores.records import StoredMessage
 
 log = structlog.get_logger("wiremq.queue")
 
@@ -38,6 +40,11 @@ class Queue(Destination):
         self.cache_bytes = 0
         self.backlog_after: int | None = None  # stored messages after this seq are not cached
         self.left_upto = 0  # the last stored message left in the store, not cached
+        # A live buffer given back: its messages are read again from the store, and of the
+        # stored messages up to ``given_back_upto`` only those (the others there are held
+        # by consumers, or acknowledged and on their way out of the store).
+        self.given_back: set[int] = set()
+        self.given_back_upto = 0
         self.reading_backlog = False
         self.last_dispatch = services.runtime.monotonic()
         self._arrivals = 0
@@ -164,14 +171,22 @@ class Queue(Destination):
         super().subscribe(subscription)
         self.dispatch()
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:
+        """What the consumer held goes back to the front: every unacknowledged message in
+        a client mode, what was never written to it in auto mode (the rest is taken)."""
         self.consumers.remove(subscription)
-        self.requeue(subscription.take_unacked())
+        if subscription.unacked is None:
+            held = sorted(unwritten, key=lambda m: m.arrival)
+        else:
+            held = subscription.take_unacked()
+        self.requeue(held, set(unwritten))
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
         return self._removal(messages)
 
-    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
+    def rejected(
+        self, subscription: Subscription, messages: list[Message], requeue: bool
+    ) -> StoreTransaction:
         if requeue:
             self.requeue(messages)
             return NOTHING
@@ -181,12 +196,14 @@ class Queue(Destination):
         stored = tuple((self.name, m.store_seq) for m in messages if m.store_seq)
         return StoreTransaction(removals=stored) if stored else NOTHING
 
-    def requeue(self, messages: list[Message]) -> None:
-        """Put messages back at the front, flagged as redelivered, and deliver them again."""
+    def requeue(self, messages: list[Message], unwritten: Collection[Message] = ()) -> None:
+        """Put messages back at the front and deliver them again, flagged as redelivered
+        unless they were never written to a consumer."""
         if not messages:
             return
         for message in messages:
-            message.mark_redelivered()
+            if message not in unwritten:
+                message.mark_redelivered()
         volatile = [m for m in messages if not m.store_seq]
         if volatile:
             self.fifo.push_front(volatile)
@@ -214,18 +231,35 @@ class Queue(Destination):
 
     def _backlog_read(self, batch: Batch) -> None:
         self.reading_backlog = False
-        for seq, stored in batch.messages:
+        for seq, stored in self._not_handed_out(batch.messages):
             message = Message.from_stored(stored, seq)
             self._arrivals += 1
             message.arrival = self._arrivals
             self._cache_append(message)
-        if batch.expired and self.reading.expiryonread:
-            self.services.expiry.expired_stored(batch.expired)
+        expired = self._not_handed_out(batch.expired)
+        if expired and self.reading.expiryonread:
+            self.services.expiry.expired_stored(expired)
+        if batch.last_seq >= self.given_back_upto:
+            self.given_back.clear()  # read past them all (any not met left the store)
         # A message committed and left in the store while the read ran may be after what
         # the read saw: the backlog ends only once a read has seen every one left.
         at_end = batch.at_end and self.left_upto <= batch.last_seq
         self.backlog_after = None if at_end else batch.last_seq
         self.dispatch()
+
+    def _not_handed_out(
+        self, read: list[tuple[int, StoredMessage]]
+    ) -> list[tuple[int, StoredMessage]]:
+        """What a backlog read found, less the stored messages this queue handed out before
+        it gave its live buffer back (they are still in the store until acknowledged)."""
+        given_back = self.given_back
+        if not given_back:
+            return read
+        upto = self.given_back_upto
+        kept = [(seq, m) for seq, m in read if seq > upto or seq in given_back]
+        for seq, _ in kept:
+            given_back.discard(seq)
+        return kept
 
     def _backlog_failed(self, error: Exception) -> None:
         self.reading_backlog = False
@@ -270,11 +304,24 @@ class Queue(Destination):
                 self._cache_append(message)
             self.expired(expired)
         idle = self.services.runtime.monotonic() - self.last_dispatch > idle_for
-        if self.cache and idle:
-            first = self.cache[0].store_seq
-            self.left_upto = max(self.left_upto, self.cache[-1].store_seq)
-            self._clear_cache()
-            self.backlog_after = first - 1
+        if self.cache and idle and not self.reading_backlog:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Drop the live buffer; its messages are read from the store again, in store order.
+
+        Stored messages it handed out and that are not yet removed (held by a consumer, or
+        acknowledged with the removal on its way to the store) lie among them in the store:
+        the reads skip them by remembering exactly which ones were given back. Every
+        message after ``given_back_upto`` was never handed out.
+        """
+        seqs = [m.store_seq for m in self.cache]
+        self.given_back.update(seqs)
+        upto = max(seqs) if self.backlog_after is None else self.backlog_after
+        self.given_back_upto = max(self.given_back_upto, upto)
+        self.left_upto = max(self.left_upto, upto)
+        self._clear_cache()
+        self.backlog_after = min(self.given_back) - 1
 
     def _clear_cache(self) -> None:
         self._cache_count(-self.cache_bytes)

@@ -86,6 +86,7 @@ class Subscription:
         "policy",
         "delivered",
         "client",
+        "ended",
     )
 
     def __init__(
@@ -123,6 +124,7 @@ class Subscription:
         self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
         self.delivered = 0
         self.client: ClientConnection  # set by the connection that made it
+        self.ended = False
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -211,6 +213,17 @@ class Subscription:
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()
+
+    def end(self) -> list[Message]:
+        """The subscription ends: the deliveries still waiting in the client's egress are
+        taken back and returned (in auto mode they leave the window here, as no write
+        will free them)."""
+        self.ended = True
+        messages = [entry.item for entry in self.egress.queues.withdraw(self)]
+        if self.unacked is None:
+            self.inflight_messages -= len(messages)
+            self.inflight_bytes -= sum(m.size for m in messages)  # type: ignore[attr-defined]
+        return messages  # type: ignore[return-value]
 
     # -- acknowledgement -------------------------------------------------------------------
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
+import structlog
+
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import PUBSUB
 from wiremq.modules.subscription import DISCARDABLE, Subscription
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
+
+log = structlog.get_logger("wiremq.topic")
 
 
 class Topic(Destination):
@@ -36,6 +40,7 @@ class Topic(Destination):
         super().__init__(name, services)
         self.buffer: deque[Message | None] = deque()  # None: an expired message's place
         self.first = 0  # index of buffer[0] in the topic's message sequence
+        self.unwritten_dropped = 0  # messages dropped from subscribers that went away
         self.live = services.flow.live
         self.own_live = self.own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
         self.store_watermark = self.own_watermark(
@@ -161,11 +166,25 @@ class Topic(Destination):
         """A durable subscriber's subscription is in the store: it replays what it missed."""
         self.services.replays.start(self, subscription, info)
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:
+        """A durable subscriber gets what it did not acknowledge again from the store when
+        it comes back; the other messages never written to it are dropped, counted and
+        logged."""
         self.consumers.remove(subscription)
-        subscription.take_unacked()  # a durable subscriber gets them again from the store
-        if subscription.durable_key is not None:
+        subscription.take_unacked()
+        durable = subscription.durable_key is not None
+        if durable:
             self.services.replays.stop(subscription)
+        dropped = [m for m in unwritten if not (durable and m.store_seq)]
+        if dropped:
+            self.unwritten_dropped += len(dropped)
+            log.info(
+                "subscription.unwritten_dropped",
+                destination=self.name,
+                subscription=subscription.sub_id,
+                count=len(dropped),
+                message_ids=[m.message_id for m in dropped[:20]],
+            )
         self._trim()
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
@@ -187,9 +206,18 @@ class Topic(Destination):
         subscription.acked_position = position
         return StoreTransaction(acknowledgements=((key, position),))
 
-    def rejected(self, messages: list[Message], requeue: bool) -> StoreTransaction:
-        """A topic keeps nothing to deliver again now; a durable subscriber gets
-        stored messages it did not acknowledge again when it comes back."""
+    def rejected(
+        self, subscription: Subscription, messages: list[Message], requeue: bool
+    ) -> StoreTransaction:
+        """NACKed messages go to that subscriber again, flagged as redelivered (a copy:
+        the other subscribers share the message); with requeue false they are dropped
+        for it, which for a durable subscriber is an acknowledgement."""
+        if not requeue:
+            return self.acknowledged(subscription, messages)
+        if subscription.ended:  # a durable subscriber gets them from the store when back
+            return NOTHING
+        for message in messages:
+            subscription.deliver(message.redelivery())
         return NOTHING
 
     def state(self) -> dict[str, object]:
@@ -201,5 +229,6 @@ class Topic(Destination):
             "live_buffer_messages": sum(1 for m in self.buffer if m is not None),
             "live_buffer_bytes": sum(m.size for m in self.buffer if m is not None),
             "policy": self.policy.slowsubscriberpolicy,
+            "unwritten_dropped": self.unwritten_dropped,
             "watermarks": [g.state() for g in self.gates],
         }

@@ -34,9 +34,9 @@ from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule, comple
 from wiremq.stores.api import Committed, StoreTransaction
 
 if TYPE_CHECKING:
-    from wiremq.modules.destination import Destination
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.storage import StorageModule
+    from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.transaction")
 
@@ -50,7 +50,7 @@ class TransactionOwner(Protocol):
 
 # An acknowledgement held until COMMIT: applied then, it returns the messages it took
 # from their consumer, their destination and what the store must change for it.
-HeldAck = Callable[[], "tuple[Destination, list[Message], StoreTransaction] | None"]
+HeldAck = Callable[[], "tuple[Subscription, list[Message], StoreTransaction] | None"]
 
 
 @dataclass
@@ -163,7 +163,7 @@ class Unit:
         receipt: str | None,
         messages: list[Message],
         changes: StoreTransaction,
-        taken: list[tuple[Destination, list[Message]]],
+        taken: list[tuple[Subscription, list[Message]]],
         persistence: Persistence | None,
         now_ms: int,
     ) -> None:
@@ -173,7 +173,7 @@ class Unit:
         self.receipt = receipt
         self.messages = messages
         self.changes = changes  # what its acknowledgements change in the store
-        self.taken = taken  # the messages its acknowledgements took, by destination
+        self.taken = taken  # the messages its acknowledgements took, by subscription
         self.persistence = persistence
         self.stored = False
         self.failure: Refused | None = None
@@ -244,8 +244,8 @@ class Unit:
             for message in batch:
                 message.origin = None
             module.unit_dropped(kept)
-        for destination, messages in self.taken:
-            destination.rejected(messages, requeue=True)
+        for subscription, messages in self.taken:
+            subscription.destination.rejected(subscription, messages, requeue=True)
         self.owner.unit_failed(self, refusal)
 
     def _by_module(self) -> list[tuple[StorageModule, Batch, Batch]]:

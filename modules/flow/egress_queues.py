@@ -280,6 +280,25 @@ class EgressQueues:
         """The sum of the five queues' max-depths, in work units."""
         return sum(q.max_depth for q in self._queues)
 
+    def withdraw(self, owner: object) -> list[Entry]:
+        """Remove and return the entries ``owner`` queued, by drain order (a subscription
+        that ended: what was not written is not to be)."""
+        withdrawn: list[Entry] = []
+        for q in self._queues:
+            if not any(entry.owner is owner for entry in q.entries):
+                continue
+            kept: deque[Entry] = deque()
+            for entry in q.entries:
+                if entry.owner is owner:
+                    withdrawn.append(entry)
+                    q.work -= entry.work
+                else:
+                    kept.append(entry)
+            q.entries = kept
+            if not kept:
+                self._nonempty &= ~q.bit
+        return withdrawn
+
     def clear(self) -> list[Entry]:
         """Remove and return every entry, by drain order (the client has gone)."""
         removed: list[Entry] = []

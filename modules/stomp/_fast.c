@@ -155,7 +155,8 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t end = PyBytes_GET_SIZE(data);
     while (pos < end) {
         Py_ssize_t start = pos;
-        while (start < end && buf[start] == '\n') { /* heart-beats, EOLs after NUL */
+        while (start < end && (buf[start] == '\n' || buf[start] == '\0')) {
+            /* heart-beats, EOLs and NULs after a frame's NUL */
             start++;
         }
         if (start >= end) {
@@ -325,6 +326,8 @@ message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     APPEND_PLAIN(message_id);
     if (redelivered) {
         APPEND_RAW("\nredelivered:true");
+    } else {
+        APPEND_RAW("\nredelivered:false");
     }
     APPEND_RAW("\ndestination:");
     APPEND_PLAIN(destination);

@@ -53,8 +53,12 @@ def unescape(value: str, version: str) -> str:
 
 
 def escape(value: str, version: str) -> str:
-    """Apply STOMP header escaping for ``version`` (1.0 has none)."""
+    """Apply STOMP header escaping for ``version``. STOMP 1.0 has none, but a raw CR or LF
+    would end the header (and let a value forge headers or a content-length), so a value
+    holding one is escaped the 1.2 way."""
     if version == "1.0":
+        if "\n" in value or "\r" in value:
+            return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
         return value
     value = value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
     if version == "1.2":
@@ -138,7 +142,7 @@ class FrameDecoder:
                     break
             if pending is None:
                 c = buf[pos]
-                if c == 10:  # heart-beat, or an EOL after a frame's NUL
+                if c == 10 or c == 0:  # heart-beat, or an EOL or NUL after a frame's NUL
                     pos += 1
                     continue
                 if c == 13:

@@ -109,6 +109,6 @@ def message_tail(
     pairs = [("destination", destination)]
     pairs += [(name, value) for name, value in headers.items() if name not in exclude]
     text = "\n".join(f"{escape(n, version)}:{escape(v, version)}" for n, v in pairs)
-    redelivered_line = "redelivered:true\n" if redelivered else ""
+    redelivered_line = "redelivered:true\n" if redelivered else "redelivered:false\n"
     head = f"message-id:{message_id}\n{redelivered_line}{text}\ncontent-length:{len(body)}\n\n"
     return head.encode() + body + b"\0"

@@ -156,7 +156,7 @@ def test_undefined_escape_is_refused(version, raw):
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("1.0", "a:b\\c\nd\re"), ("1.1", "a\\cb\\\\c\\nd\re"), ("1.2", "a\\cb\\\\c\\nd\\re")],
+    [("1.0", "a:b\\\\c\\nd\\re"), ("1.1", "a\\cb\\\\c\\nd\re"), ("1.2", "a\\cb\\\\c\\nd\\re")],
 )
 def test_escape_per_version(version, expected):
     assert escape("a:b\\c\nd\re", version) == expected

@@ -214,7 +214,12 @@ def test_a_message_tail_decodes_to_its_headers(version, data):
     body = data.draw(st.binary(max_size=16))
     tail = message_tail("id:1", destination, headers, frozenset({"x"}), body, False, version)
     [frame] = decoder(version).feed(b"MESSAGE\nsubscription:1\n" + tail)
-    expected = {"subscription": "1", "message-id": "id:1", "destination": destination}
+    expected = {
+        "subscription": "1",
+        "message-id": "id:1",
+        "redelivered": "false",
+        "destination": destination,
+    }
     for name, value in headers.items():
         if name != "x":
             expected.setdefault(name, value)

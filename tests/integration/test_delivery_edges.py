@@ -1,0 +1,347 @@
+"""Nothing lost, nothing doubled: the edges of delivery that once lost or doubled messages.
+
+Each test reproduces a case that failed on 557e0e2 (issue 9). Tests that check
+that something does *not* arrive wait ``LATE`` seconds, long enough to see a
+late arrival.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from tests.integration.clients import RawClient, connect, fill, until
+
+LATE = 2.0  # how long "nothing more arrives" is watched
+
+
+def _subscribed(connection, recorder, destination, sub_id="1", ack="auto", **headers):
+    connection.subscribe(
+        destination, id=sub_id, ack=ack, headers={"receipt": f"s-{sub_id}", **headers}
+    )
+    assert recorder.wait_until(lambda: f"s-{sub_id}" in recorder.receipts)
+
+
+def _raw_subscribed(client: RawClient, destination: str, ack: str, **headers: str) -> None:
+    extra = "".join(f"{k}:{v}\n" for k, v in headers.items())
+    client.send(
+        f"SUBSCRIBE\nid:x\ndestination:{destination}\nack:{ack}\n{extra}receipt:s\n\n\0".encode()
+    )
+    frame = client.next_frame()
+    assert frame.command == "RECEIPT", frame
+
+
+def _reset(client: RawClient) -> None:
+    """Close with a TCP reset, as a client that crashes does."""
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.sock.close()
+
+
+# -- a message held by one consumer never goes to another ---------------------------------
+
+
+def test_a_queue_giving_back_its_live_buffer_never_hands_out_held_messages(start_server):
+    server = start_server(
+        **{
+            "DestinationManager.qlbcleanupinterval": "0.1",
+            "DestinationManager.qlbcleanuptimetolive": "0.3",
+        }
+    )
+    holder, holder_recorder = connect(server.port)
+    _subscribed(
+        holder,
+        holder_recorder,
+        "/queue/held",
+        "b",
+        "client-individual",
+        **{"activemq.prefetchSize": "3"},
+    )
+    leaver, leaver_recorder = connect(server.port)
+    _subscribed(
+        leaver,
+        leaver_recorder,
+        "/queue/held",
+        "a",
+        "client-individual",
+        **{"activemq.prefetchSize": "3"},
+    )
+    fill(server.port, "/queue/held", [str(i) for i in range(10)], persistent="true")
+    held = {m.body for m in holder_recorder.wait_for_messages(3)}
+    leaver_recorder.wait_for_messages(3)
+    leaver.disconnect()  # its three go back to the queue; the holder's window is full
+    time.sleep(1.0)  # idle past qlbcleanuptimetolive: the queue gives its live buffer back
+    newcomer, newcomer_recorder = connect(server.port)
+    _subscribed(newcomer, newcomer_recorder, "/queue/held", "c", "client-individual")
+    newcomer_recorder.wait_for_messages(7)
+    time.sleep(LATE)
+    got = newcomer_recorder.bodies()
+    assert not held & set(got), f"messages held by another consumer were handed out: {got}"
+    assert sorted(got) == sorted(str(i) for i in range(10) if str(i) not in held)
+    holder.disconnect()  # now the held ones go to the newcomer, once each
+    newcomer_recorder.wait_for_messages(10)
+    time.sleep(LATE)
+    assert sorted(int(b) for b in newcomer_recorder.bodies()) == list(range(10))
+
+
+# -- deliveries never written go back --------------------------------------------------------
+
+
+def test_persistent_messages_unwritten_to_a_vanished_auto_consumer_go_back_at_once(server):
+    vanishing = RawClient(server.port)
+    vanishing.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    vanishing.connect()
+    _raw_subscribed(vanishing, "/queue/vanish", "auto")
+    body = "x" * 16384  # 10 MB in all: more than the socket buffers take
+    fill(server.port, "/queue/vanish", [body] * 600, persistent="true")
+    _reset(vanishing)  # never read: most of the 600 wait unwritten in its egress
+    consumer, recorder = connect(server.port)
+    _subscribed(consumer, recorder, "/queue/vanish")
+    store = server.store
+    assert store is not None
+    # What the vanished consumer's socket took counts as delivered (auto); everything
+    # else comes to the new consumer, and nothing is left behind in the store.
+    assert until(lambda: store.count("/queue/vanish") == (0, 0), 15), store.count("/queue/vanish")
+    assert len(recorder.messages) > 0
+    assert all(m.body == body for m in recorder.messages)
+
+
+def test_a_topic_subscriber_vanishing_with_unwritten_messages_drops_and_counts_them(server, events):
+    vanishing = RawClient(server.port)
+    vanishing.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    vanishing.connect()
+    _raw_subscribed(vanishing, "/topic/vanish", "auto")
+    producer, _ = connect(server.port)
+    for _ in range(600):  # no receipts: the topic's watermarks stop it once it is full
+        producer.send("/topic/vanish", "y" * 16384)
+    time.sleep(1.0)
+    _reset(vanishing)
+    assert until(
+        lambda: any(e.get("event") == "subscription.unwritten_dropped" for e in events), 10
+    )
+    dropped = next(e for e in events if e.get("event") == "subscription.unwritten_dropped")
+    assert 0 < dropped["count"] <= 600 and dropped["destination"] == "/topic/vanish"
+
+
+def test_unsubscribing_takes_back_what_was_not_yet_written_to_the_consumer(server):
+    slow = RawClient(server.port)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect()
+    _raw_subscribed(slow, "/queue/unwritten", "client-individual")
+    count = 400  # 6.4 MB: more than the socket buffers take
+    fill(server.port, "/queue/unwritten", ["z" * 16384] * count, persistent="true")
+    slow.send(b"UNSUBSCRIBE\nid:x\nreceipt:u\n\n\0")
+    frames = _frames_until_quiet(slow)
+    assert "u" in [f.headers.get("receipt-id") for f in frames]
+    written = [f for f in frames if f.command == "MESSAGE"]
+    assert len(written) < count, "what was queued for it was still written after it ended"
+    consumer, recorder = connect(server.port)
+    _subscribed(consumer, recorder, "/queue/unwritten")
+    recorder.wait_for_messages(count)  # every one, the written ones redelivered
+    time.sleep(LATE)
+    assert len(recorder.messages) == count
+    redelivered = [m for m in recorder.messages if m.headers["redelivered"] == "true"]
+    assert len(redelivered) == len(written)  # the never-written ones are first deliveries
+
+
+# -- NACK on topics ---------------------------------------------------------------------
+
+
+def test_nack_on_a_durable_subscription_redelivers_then_acknowledges(server):
+    subscriber, recorder = connect(server.port, **{"client-id": "nacker"})
+    _subscribed(
+        subscriber,
+        recorder,
+        "/topic/nacked",
+        "d",
+        "client-individual",
+        **{"activemq.subscriptionName": "d"},
+    )
+    fill(server.port, "/topic/nacked", ["0", "1"], persistent="true")
+    first, second = recorder.wait_for_messages(2)
+    subscriber.nack(first.headers["ack"], receipt="n")
+    again = recorder.wait_for_messages(3)[2]
+    assert again.body == "0" and again.headers["redelivered"] == "true"
+    subscriber.ack(again.headers["ack"])
+    subscriber.ack(second.headers["ack"], receipt="a")
+    assert recorder.wait_until(lambda: "a" in recorder.receipts)
+    subscriber.disconnect()
+    back, back_recorder = connect(server.port, **{"client-id": "nacker"})
+    _subscribed(
+        back,
+        back_recorder,
+        "/topic/nacked",
+        "d",
+        "client-individual",
+        **{"activemq.subscriptionName": "d"},
+    )
+    time.sleep(LATE)
+    assert back_recorder.messages == []  # both acknowledged: nothing comes back
+
+
+def test_nack_on_a_durable_subscription_is_not_lost_when_the_subscriber_leaves(server):
+    subscriber, recorder = connect(server.port, **{"client-id": "leaver"})
+    headers = {"activemq.subscriptionName": "d"}
+    _subscribed(subscriber, recorder, "/topic/nackleave", "d", "client-individual", **headers)
+    fill(server.port, "/topic/nackleave", ["0"], persistent="true")
+    first = recorder.wait_for_messages(1)[0]
+    subscriber.disconnect()
+    back, back_recorder = connect(server.port, **{"client-id": "leaver"})
+    _subscribed(back, back_recorder, "/topic/nackleave", "d", "client-individual", **headers)
+    again = back_recorder.wait_for_messages(1)[0]
+    assert again.body == first.body
+    back.nack(again.headers["ack"], receipt="n")
+    assert back_recorder.wait_for_messages(2)[1].body == "0"
+
+
+def test_nack_on_a_topic_with_requeue_false_drops_the_message(server):
+    subscriber, recorder = connect(server.port)
+    _subscribed(subscriber, recorder, "/topic/nackdrop", "t", "client-individual")
+    fill(server.port, "/topic/nackdrop", ["0", "1"])
+    first, _ = recorder.wait_for_messages(2)
+    subscriber.nack(first.headers["ack"], receipt="n", requeue="False")
+    assert recorder.wait_until(lambda: "n" in recorder.receipts)
+    time.sleep(LATE)
+    assert recorder.bodies() == ["0", "1"]
+
+
+def test_a_topic_nack_redelivers_to_that_subscriber_only(server):
+    nacker, nacker_recorder = connect(server.port)
+    _subscribed(nacker, nacker_recorder, "/topic/nackone", "n", "client-individual")
+    other, other_recorder = connect(server.port)
+    _subscribed(other, other_recorder, "/topic/nackone", "o", "client-individual")
+    fill(server.port, "/topic/nackone", ["0"])
+    first = nacker_recorder.wait_for_messages(1)[0]
+    other_recorder.wait_for_messages(1)
+    nacker.nack(first.headers["ack"])
+    again = nacker_recorder.wait_for_messages(2)[1]
+    assert again.body == "0" and again.headers["redelivered"] == "true"
+    time.sleep(LATE)
+    assert other_recorder.bodies() == ["0"]
+
+
+# -- requeue and redelivered, as stomp.py and RabbitMQ spell them -------------------------
+
+
+def test_requeue_false_is_read_whatever_its_case(server):
+    consumer, recorder = connect(server.port)
+    _subscribed(consumer, recorder, "/queue/requeuecase", "1", "client-individual")
+    fill(server.port, "/queue/requeuecase", ["0", "1"])
+    first, second = recorder.wait_for_messages(2)
+    consumer.nack(first.headers["ack"], receipt="n", requeue="False")
+    assert recorder.wait_until(lambda: "n" in recorder.receipts)
+    time.sleep(LATE)
+    assert recorder.bodies() == ["0", "1"]  # dropped, not redelivered
+
+
+def test_first_deliveries_say_redelivered_false(server):
+    consumer, recorder = connect(server.port)
+    _subscribed(consumer, recorder, "/queue/firsttime", "1", "client-individual")
+    fill(server.port, "/queue/firsttime", ["0"])
+    first = recorder.wait_for_messages(1)[0]
+    assert first.headers["redelivered"] == "false"
+    consumer.nack(first.headers["ack"])
+    assert recorder.wait_for_messages(2)[1].headers["redelivered"] == "true"
+
+
+# -- frames of one connection take effect in the order they came -----------------------------
+
+
+def _frames_until_receipt(client: RawClient, receipt: str) -> list:
+    frames = []
+    while True:
+        frame = client.next_frame()
+        if frame.command == "RECEIPT" and frame.headers["receipt-id"] == receipt:
+            return frames
+        frames.append(frame)
+
+
+def _frames_until_quiet(client: RawClient) -> list:
+    """Every frame that arrives until none has for ``LATE`` seconds."""
+    frames = []
+    while True:
+        try:
+            frames.append(client.next_frame(timeout=LATE))
+        except AssertionError:
+            return frames
+
+
+def test_a_message_sent_before_a_subscription_never_reaches_it(server):
+    for attempt in range(20):
+        topic = f"/topic/order{attempt}"
+        client = RawClient(server.port)
+        client.connect()
+        client.send(
+            f"SUBSCRIBE\nid:s0\ndestination:{topic}\nreceipt:r0\n\n\0"
+            f"UNSUBSCRIBE\nid:s0\n\n\0"
+            f"SEND\ndestination:{topic}\n\nbefore\0"
+            f"SUBSCRIBE\nid:s1\ndestination:{topic}\nreceipt:r1\n\n\0".encode()
+        )
+        frames = _frames_until_receipt(client, "r1")
+        assert [f.command for f in frames] == ["RECEIPT"], frames  # r0 only
+        client.send(f"SEND\ndestination:{topic}\n\nafter\0".encode())
+        message = client.next_frame()
+        assert (message.command, message.body) == ("MESSAGE", b"after")
+        client.close()
+    time.sleep(0.1)
+
+
+def test_a_durable_subscription_keeps_messages_sent_after_it_on_the_same_connection(server):
+    client = RawClient(server.port)
+    client.send(b"CONNECT\naccept-version:1.2\nhost:h\nclient-id:ordered\n\n\0")
+    assert client.next_frame().command == "CONNECTED"
+    client.send(
+        b"SUBSCRIBE\nid:d\ndestination:/topic/dorder\nactivemq.subscriptionName:d\n\n\0"
+        b"SEND\ndestination:/topic/dorder\npersistent:true\n\nafter\0"
+        b"UNSUBSCRIBE\nid:d\nreceipt:u\n\n\0"
+    )
+    live = _frames_until_receipt(client, "u")
+    client.send(b"SUBSCRIBE\nid:d2\ndestination:/topic/dorder\nactivemq.subscriptionName:d\n\n\0")
+    replayed = _frames_until_quiet(client)
+    # Delivered once: live if it was written before the UNSUBSCRIBE, else from the store.
+    got = [(f.command, f.body) for f in live + replayed]
+    assert got == [("MESSAGE", b"after")], got
+
+
+def test_nuls_and_eols_between_frames_are_accepted(server):
+    client = RawClient(server.port)
+    client.connect()
+    client.send(
+        b"SUBSCRIBE\nid:s\ndestination:/queue/nuls\nreceipt:a\n\n\0\n\0\0\r\n"
+        b"SEND\ndestination:/queue/nuls\n\nhello\0\0\n"
+        b"SEND\ndestination:/queue/nuls\ncontent-length:2\n\nhi\0\0\0"
+    )
+    frames = [client.next_frame() for _ in range(3)]
+    assert [f.command for f in frames] == ["RECEIPT", "MESSAGE", "MESSAGE"]
+    assert [f.body for f in frames[1:]] == [b"hello", b"hi"]
+
+
+# -- headers a consumer reads are never framing ------------------------------------------------
+
+
+def test_an_escaped_newline_never_reaches_a_stomp_1_0_consumer_raw(server):
+    old = RawClient(server.port)
+    old.send(b"CONNECT\nlogin:x\n\n\0")
+    assert old.next_frame().command == "CONNECTED"
+    old.decoder.version = "1.0"
+    old.send(b"SUBSCRIBE\ndestination:/queue/inject\nreceipt:s\n\n\0")
+    assert old.next_frame().command == "RECEIPT"
+    producer = RawClient(server.port)
+    producer.connect()
+    producer.send(b"SEND\ndestination:/queue/inject\nevil:v\\ncontent-length:0\n\nbody\0")
+    producer.send(b"SEND\ndestination:/queue/inject\n\nsecond\0")
+    first, second = old.next_frame(), old.next_frame()
+    assert (first.command, first.body) == ("MESSAGE", b"body")
+    assert first.headers["evil"] == "v\\ncontent-length:0"  # escaped, as RabbitMQ does
+    assert (second.command, second.body) == ("MESSAGE", b"second")
+    assert b"\nevil:v\ncontent-length" not in old.raw
+
+
+def test_a_nul_in_a_destination_name_is_refused(server):
+    client = RawClient(server.port)
+    client.connect()
+    client.send(b"SEND\ndestination:/queue/a\0b\ncontent-length:1\nreceipt:r\n\nx\0")
+    frame = client.next_frame()
+    assert frame.command == "ERROR"
+    assert frame.headers["receipt-id"] == "r"
+    assert "destination" in frame.headers["message"]
