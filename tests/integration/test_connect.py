@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect
 
 
@@ -64,6 +65,26 @@ def test_server_sends_heart_beats_when_idle(start_server):
         client._read(deadline)
     assert client.raw[before:].count(b"\n") >= 3, "expected at least three heart-beats in 2 s"
     assert not client.frames
+
+
+def test_a_connection_whose_heart_beat_check_raises_is_closed_not_left_unchecked(
+    reactor, start_server, events
+):
+    server = start_server(**{"StompListener.heartbeatsend": "100"})
+    client = RawClient(server.port)
+    session = client.connect(heart_beat="0,100").headers["session"]
+
+    def broken_tick(now: float) -> float | None:
+        raise RuntimeError("a bad heart-beat check")
+
+    def break_it() -> None:
+        (protocol,) = [c for c in server.connections if c.client.session.session_id == session]
+        protocol.client.tick = broken_tick
+
+    call_in_reactor(reactor, break_it)
+    assert client.wait_closed(), "the connection was left open without heart-beat checks"
+    failed = [e for e in list(events) if e["event"] == "heartbeat.failed"]
+    assert [e["session"] for e in failed] == [session]
 
 
 def test_silent_client_is_disconnected_after_its_grace_period(start_server):
