@@ -59,8 +59,10 @@ PARAMETERS = [
         "StompListener",
         "heartbeatsend",
         int,
-        10000,
-        "Interval at which the server offers to send heart-beats (0: never)",
+        1000,
+        "Shortest interval at which the server sends heart-beats: a client asking for them "
+        "less often gets them at its own interval, one asking more often at this one (0: "
+        "never)",
         unit="ms",
         minimum=0,
         maximum=3_600_000,
@@ -69,8 +71,9 @@ PARAMETERS = [
         "StompListener",
         "heartbeatreceive",
         int,
-        10000,
-        "Interval at which the server asks clients for heart-beats (0: never)",
+        1000,
+        "Shortest interval at which the server expects heart-beats from a client: one "
+        "offering them less often is expected at its own interval (0: never checks)",
         unit="ms",
         minimum=0,
         maximum=3_600_000,

@@ -67,6 +67,47 @@ def test_server_sends_heart_beats_when_idle(start_server):
     assert not client.frames
 
 
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [
+        ("1000,1000", "1000,1000"),
+        ("3000,5000", "5000,3000"),  # the server sends every 5 s, hears from it every 3 s
+        ("100,200", "1000,1000"),  # below the floor (StompListener.heartbeatsend/receive)
+        ("0,1000", "1000,0"),
+    ],
+)
+def test_connected_answers_the_clients_heart_beats_down_to_the_floor(server, asked, answered):
+    client = RawClient(server.port)
+    assert client.connect(heart_beat=asked).headers["heart-beat"] == answered
+
+
+def test_heart_beats_arrive_at_the_negotiated_rate(server):
+    client = RawClient(server.port)
+    client.connect(heart_beat="1000,1000")
+    start, arrivals = time.monotonic(), []
+    seen = len(client.raw)
+    while time.monotonic() - start < 3.6:
+        client.send(b"\n")  # the client's own heart-beats keep it connected
+        client._read(time.monotonic() + 0.25)
+        arrivals += [time.monotonic() - start] * client.raw[seen:].count(b"\n")
+        seen = len(client.raw)
+    assert not client.frames and not client.closed
+    assert 2 <= len(arrivals) <= 4, arrivals  # one a second (10 s before: none)
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
+    assert all(gap > 0.7 for gap in gaps), arrivals
+
+
+def test_a_silent_client_is_dropped_after_the_negotiated_interval_times_grace(server):
+    client = RawClient(server.port)
+    assert client.connect(heart_beat="1000,0").headers["heart-beat"] == "0,1000"
+    connected = time.monotonic()
+    frame = client.next_frame(timeout=10)
+    silent_for = time.monotonic() - connected
+    assert frame.headers["message"] == "heart-beat timeout"
+    assert client.wait_closed()
+    assert 1.9 < silent_for < 6, silent_for  # 1 s x heartbeatgrace 2 (20 s before)
+
+
 def test_a_connection_whose_heart_beat_check_raises_is_closed_not_left_unchecked(
     reactor, start_server, events
 ):
