@@ -1,4 +1,4 @@
-"""Every parameter the server has, in one table.
+"""Every parameter the server has, in one table, and the rules between two of them.
 
 Group and parameter names follow the iBus//MessageServer manual where it has
 them; defaults are the manual's where it gives one, otherwise a documented
@@ -7,10 +7,12 @@ choice of ours.
 
 from __future__ import annotations
 
-from wiremq.config.registry import Parameter, Registry
+from wiremq.config.registry import Order, Parameter, Registry
 
 KIB = 1024
 MIB = 1024 * 1024
+
+RELATIONS: list[Order] = []  # rules between two parameters (see ``Order``)
 
 PARAMETERS = [
     # -- the server process ------------------------------------------------------------
@@ -57,8 +59,10 @@ PARAMETERS = [
         "StompListener",
         "heartbeatsend",
         int,
-        10000,
-        "Interval at which the server offers to send heart-beats (0: never)",
+        1000,
+        "Shortest interval at which the server sends heart-beats: a client asking for them "
+        "less often gets them at its own interval, one asking more often at this one (0: "
+        "never)",
         unit="ms",
         minimum=0,
         maximum=3_600_000,
@@ -67,8 +71,9 @@ PARAMETERS = [
         "StompListener",
         "heartbeatreceive",
         int,
-        10000,
-        "Interval at which the server asks clients for heart-beats (0: never)",
+        1000,
+        "Shortest interval at which the server expects heart-beats from a client: one "
+        "offering them less often is expected at its own interval (0: never checks)",
         unit="ms",
         minimum=0,
         maximum=3_600_000,
@@ -512,7 +517,7 @@ PARAMETERS += [
 # -- flow control: watermarks that stop producers (chapter 2 of the manual) ---------------
 
 
-def _watermarks(
+def _add_watermarks(
     group: str,
     prefix: str,
     what: str,
@@ -520,15 +525,23 @@ def _watermarks(
     byte_high: int = -1,
     byte_low: int = -1,
     aliases: str = "",
-) -> list[Parameter]:
-    """The four watermarks (messages and bytes, high and low) of one scope; -1 is off."""
-    params = []
+) -> None:
+    """Register the four watermarks (messages and bytes, high and low) of one scope, -1 off,
+    and the rule that keeps each low with, and not above, its high."""
     for unit, label in (("msg", "messages"), ("byte", "bytes")):
+        RELATIONS.append(
+            Order(
+                f"{group}.{prefix}{unit}lowwatermark",
+                f"{group}.{prefix}{unit}highwatermark",
+                "a watermark stops producers at its high and starts them again at its low",
+                paired=True,
+            )
+        )
         for level in ("high", "low"):
             name = f"{prefix}{unit}{level}watermark"
             default = (byte_high if level == "high" else byte_low) if unit == "byte" else -1
             verb = "stop" if level == "high" else "start again"
-            params.append(
+            PARAMETERS.append(
                 Parameter(
                     group,
                     name,
@@ -543,7 +556,6 @@ def _watermarks(
                     aliases=(f"{aliases}{unit}{level}watermark",) if aliases else (),
                 )
             )
-    return params
 
 
 GB = 1_000_000_000
@@ -553,10 +565,10 @@ for _group, _what in (
     ("TopicFileStore", "the TopicStore"),
 ):
     _global = (16_000_000, 15_000_000) if _group == "VolQueueStoreImpl" else (4 * GB, 3_900_000_000)
-    PARAMETERS += _watermarks(_group, "", f"one destination of {_what}", "that destination")
-    PARAMETERS += _watermarks(_group, "global", _what, "its domain", *_global)
-PARAMETERS += _watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
-PARAMETERS += _watermarks(
+    _add_watermarks(_group, "", f"one destination of {_what}", "that destination")
+    _add_watermarks(_group, "global", _what, "its domain", *_global)
+_add_watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
+_add_watermarks(
     "DestinationManager",
     "topicglobal",
     "all topic live buffers",
@@ -800,4 +812,17 @@ PARAMETERS += [
     ),
 ]
 
-REGISTRY = Registry(PARAMETERS)
+RELATIONS += [
+    Order(
+        "MessageSpool.usageclearpercent",
+        "MessageSpool.usagesetpercent",
+        "the spool usage event is cleared at or below where it is raised",
+    ),
+    Order(
+        "SlowSubscriber.warnshare",
+        "SlowSubscriber.disconnectshare",
+        "a slow subscriber is warned about before it is disconnected",
+    ),
+]
+
+REGISTRY = Registry(PARAMETERS, RELATIONS)

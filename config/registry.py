@@ -5,14 +5,17 @@ A ``Parameter`` knows its group and name (the manual's, e.g.
 whether it may change while the server runs, and a one-line description.
 config.xml parsing, validation, the default config file and the parameter
 reference are all derived from it; a parameter is added in one place
-(``parameters.py``).
+(``parameters.py``). Rules between two parameters (a low watermark not above
+its high one) are declared there too, as ``Order``s, and checked by
+``Registry.check`` wherever values are given, so that a configuration that
+passes its parameters one by one cannot break the server later.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 Value = int | float | bool | str
@@ -99,10 +102,34 @@ class Parameter:
                 raise ValueError(f"{value} is out of range: expected {self.allowed()}")
 
 
+@dataclass(frozen=True, slots=True)
+class Order:
+    """Two parameters (``Group.name``) whose values must not cross: ``low`` <= ``high``.
+
+    With ``paired``, the two switch one feature on and off together (a
+    watermark's high and low): both are off (their ``off`` value) or neither
+    is, and the order holds only between values that are on. ``why`` says
+    what the rule protects, for the operator who broke it.
+    """
+
+    low: str
+    high: str
+    why: str
+    paired: bool = False
+
+
+class RelationError(ValueError):
+    """Values that break an ``Order``; ``parameter`` is the one of the two to blame."""
+
+    def __init__(self, parameter: Parameter, problem: str) -> None:
+        super().__init__(problem)
+        self.parameter = parameter
+
+
 class Registry:
     """All parameters, looked up by group and name without regard to case."""
 
-    def __init__(self, parameters: Iterable[Parameter]) -> None:
+    def __init__(self, parameters: Iterable[Parameter], relations: Iterable[Order] = ()) -> None:
         self._by_key: dict[tuple[str, str], Parameter] = {}
         self._aliases: dict[tuple[str, str], Parameter] = {}
         self._groups: dict[str, str] = {}
@@ -115,6 +142,34 @@ class Registry:
             for alias in p.aliases:
                 self._aliases[(p.group.lower(), alias.lower())] = p
             self._groups.setdefault(p.group.lower(), p.group)
+        self._relations: list[tuple[Order, Parameter, Parameter]] = []
+        for relation in relations:
+            low, high = self._known(relation.low), self._known(relation.high)
+            self._relations.append((relation, low, high))
+        try:
+            self.check(lambda p: p.default, lambda p: 0)
+        except RelationError as error:
+            raise ValueError(f"the defaults break a rule: {error}") from None
+
+    def _known(self, key: str) -> Parameter:
+        group, _, name = key.partition(".")
+        param = self.get(group, name)
+        if param is None:
+            raise ValueError(f"a rule names the unknown parameter {key}")
+        return param
+
+    def check(self, value: Callable[[Parameter], Value], given: Callable[[Parameter], int]) -> None:
+        """Raise ``RelationError`` for the first ``Order`` the values break.
+
+        ``value(p)`` is a parameter's value in force; ``given(p)`` orders when
+        values were given (0 for a default), so that the error blames the
+        parameter of the two given last: the one that broke the rule.
+        """
+        for relation, low, high in self._relations:
+            if not _holds(relation, low, high, value(low), value(high)):
+                blamed, other = (low, high) if given(low) > given(high) else (high, low)
+                problem = _problem(relation, blamed, value(blamed), other, value(other))
+                raise RelationError(blamed, problem)
 
     def __iter__(self) -> Iterator[Parameter]:
         return iter(self._by_key.values())
@@ -140,3 +195,31 @@ class Registry:
         if close:
             return f"did you mean '{close[0]}'?"
         return "known parameters: " + ", ".join(known)
+
+
+def _holds(
+    relation: Order, low: Parameter, high: Parameter, low_value: Value, high_value: Value
+) -> bool:
+    """Whether the values keep ``relation`` (a paired rule holds while both are off)."""
+    low_off, high_off = low_value == low.off, high_value == high.off
+    if relation.paired and (low_off or high_off):
+        return low_off and high_off
+    assert isinstance(low_value, int | float) and isinstance(high_value, int | float)
+    return low_value <= high_value
+
+
+def _problem(
+    relation: Order, blamed: Parameter, value: Value, other: Parameter, other_value: Value
+) -> str:
+    """What is wrong with ``blamed``'s value (against ``other``'s), worded for the operator."""
+    why = relation.why
+    if relation.paired and value == blamed.off:
+        return (
+            f"{value} switches it off but {other.key} is set ({other_value}); "
+            f"{why}: set both, or neither"
+        )
+    if relation.paired and other_value == other.off:
+        return f"{value} is set but {other.key} is off ({other_value}); {why}: set both, or neither"
+    assert isinstance(value, int | float) and isinstance(other_value, int | float)
+    side = "above" if value > other_value else "below"
+    return f"{value} is {side} {other.key} ({other_value}); {why}"

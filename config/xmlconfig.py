@@ -16,7 +16,7 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from wiremq.config.parameters import REGISTRY
-from wiremq.config.registry import Registry, Value
+from wiremq.config.registry import Registry, RelationError, Value
 from wiremq.config.settings import DESTINATION_GROUP, Settings
 
 ROOT = "wiremq"
@@ -98,6 +98,7 @@ def load_config(
     ``overrides`` maps ``Group.name`` to text, as given on the command line.
     """
     settings = Settings(registry)
+    given: dict[str, str] = {}  # where each parameter was given
     pipelines = default_pipelines()
     source = str(path) if path is not None else "defaults"
     if path is not None:
@@ -118,7 +119,7 @@ def load_config(
                 seen_pipelines.add(domain)
                 pipelines[domain] = modules
             else:
-                _read_group(element, where, settings, registry)
+                _read_group(element, where, settings, registry, given)
     for key, text in (overrides or {}).items():
         group, _, name = key.partition(".")
         param = registry.get(group, name)
@@ -128,10 +129,17 @@ def load_config(
             settings.set(param.key, param.parse(text))
         except ValueError as error:
             raise ConfigError("command line", str(error), param.key) from None
+        given[param.key] = "command line"
+    try:
+        settings.check_relations()
+    except RelationError as error:
+        raise ConfigError(given[error.parameter.key], str(error), error.parameter.key) from None
     return ServerConfig(settings, pipelines, str(path) if path is not None else None)
 
 
-def _read_group(element: _Element, where: str, settings: Settings, registry: Registry) -> None:
+def _read_group(
+    element: _Element, where: str, settings: Settings, registry: Registry, given: dict[str, str]
+) -> None:
     group = registry.group(element.tag)
     if group is None:
         raise ConfigError(
@@ -157,6 +165,7 @@ def _read_group(element: _Element, where: str, settings: Settings, registry: Reg
             value = param.parse(text)
             if destination is None:
                 settings.set(param.key, value)
+                given[param.key] = where
             else:
                 settings.set_for_destination(destination, param.name, value)
         except ValueError as error:

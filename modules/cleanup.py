@@ -94,6 +94,11 @@ class StoreCleanup:
             self._timer = None
 
     def _schedule(self, delay: float, new_run: bool) -> None:
+        """The next step; it replaces one already scheduled, so that a step that failed
+        half-way and called back anyway never leaves two runs going."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._stopped:
             self._timer = self.runtime.call_later(delay, self._run if not new_run else self._begin)
 
@@ -113,10 +118,13 @@ class StoreCleanup:
         )
 
     def _found(self, found: list[tuple[Position, StoredMessage]], size: int) -> None:
-        if found:
-            self.expiry.expired_stored(found, lambda: self._next(len(found) >= size))
-        else:
-            self._next(False)
+        try:
+            if found:
+                self.expiry.expired_stored(found, lambda: self._next(len(found) >= size))
+            else:
+                self._next(False)
+        except Exception as error:  # the cleanup must outlive one bad run
+            self._failed(error)
 
     def _next(self, more: bool) -> None:
         """After a step: the next one after the gap, or the next run after the interval."""
@@ -128,6 +136,7 @@ class StoreCleanup:
             self._schedule(settings.cleanupinterval, new_run=True)
 
     def _failed(self, error: Exception) -> None:
+        """A step failed: logged, and the next run comes after the interval."""
         log.error("cleanup.failed", store=self.name, error=str(error))
         self._schedule(self._current().cleanupinterval, new_run=True)
 

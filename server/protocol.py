@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+import structlog
 from twisted.internet import tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
@@ -17,6 +18,8 @@ from wiremq.server.writer import SocketWriter
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
+
+log = structlog.get_logger("wiremq.server")
 
 
 class StompProtocol(Protocol):
@@ -66,8 +69,20 @@ class StompProtocol(Protocol):
             self._heartbeat_call = self.server.reactor.callLater(delay, self._heartbeat)
 
     def _heartbeat(self) -> None:
+        """Send a heart-beat or drop a silent client, and come back when the next is due.
+
+        A check that raises closes the connection: left open, its heart-beats would no
+        longer be checked, and a silent client would hold it forever."""
         self._heartbeat_call = None
-        self._schedule_heartbeat(self.client.tick(self.server.clock()))
+        try:
+            deadline = self.client.tick(self.server.clock())
+        except Exception as error:
+            log.exception(
+                "heartbeat.failed", session=self.client.session.session_id, error=str(error)
+            )
+            cast(tcp.Server, self.transport).abortConnection()
+            return
+        self._schedule_heartbeat(deadline)
         self.server.outbox.flush()
 
     def connectionLost(self, reason: Failure | None = None) -> None:

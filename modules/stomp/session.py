@@ -49,8 +49,8 @@ SERVER_NAME = "wiremq"
 class SessionSettings:
     """What the server offers every connection, from the StompListener parameters."""
 
-    heartbeat_send_ms: int  # how often the server can send heart-beats
-    heartbeat_receive_ms: int  # how often the server wants to hear from the client
+    heartbeat_send_ms: int  # the shortest interval the server sends heart-beats at (0: never)
+    heartbeat_receive_ms: int  # the shortest it expects them from a client at (0: never)
     heartbeat_grace: float  # silence tolerated: this many receive intervals
     limits: DecoderLimits
 
@@ -85,7 +85,7 @@ class StompSession:
         self.closed = False  # an ERROR was sent: nothing more is sent
         self.send_interval = 0.0  # seconds between server heart-beats, 0 = none
         self.receive_interval = 0.0  # seconds of client silence tolerated, 0 = no check
-        self.heart_beat = (0, 0)  # what CONNECTED offers: (server sends, server wants)
+        self.heart_beat = (0, 0)  # what CONNECTED says: (server sends, server expects), ms
         self.last_received = now
         self.unread = False  # the server stopped reading this client (flow control)
         self._last_check = now
@@ -221,14 +221,10 @@ class StompSession:
             )
         client_send, client_receive = _parse_heartbeat(frame.headers.get("heart-beat", "0,0"))
         settings = self.settings
-        server_send = settings.heartbeat_send_ms if client_receive else 0
-        server_receive = settings.heartbeat_receive_ms if client_send else 0
-        if server_send:
-            self.send_interval = max(server_send, client_receive) / 1000
-        if server_receive:
-            self.receive_interval = (
-                max(server_receive, client_send) * settings.heartbeat_grace / 1000
-            )
+        server_send = _negotiated(settings.heartbeat_send_ms, client_receive)
+        server_receive = _negotiated(settings.heartbeat_receive_ms, client_send)
+        self.send_interval = server_send / 1000
+        self.receive_interval = server_receive * settings.heartbeat_grace / 1000
         self.heart_beat = (server_send, server_receive)
         self.version = self.decoder.version = common[-1]
         return Connect(frame.headers)
@@ -312,6 +308,13 @@ def _unknown_command(command: str) -> ProtocolError:
     if command == "NACK":
         detail = "NACK is not part of STOMP 1.0"
     return ProtocolError("unknown command", detail)
+
+
+def _negotiated(floor_ms: int, asked_ms: int) -> int:
+    """A heart-beat interval as STOMP negotiates it: none if either side says 0, else the
+    client's, but never below the server's floor. CONNECTED answers with it, as ActiveMQ
+    and RabbitMQ do."""
+    return max(floor_ms, asked_ms) if floor_ms and asked_ms else 0
 
 
 def _parse_heartbeat(value: str) -> tuple[int, int]:

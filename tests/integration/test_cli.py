@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.clients import connect, free_port
+from tests.relations import CASES, config_file
 
 WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
 
@@ -75,6 +76,37 @@ def test_a_config_error_names_file_line_parameter_and_range(tmp_path):
     assert f"{config}:2: StompListener.port" in result.stderr
     assert "from 0 to 65535" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_serve_refuses_a_broken_rule_between_two_parameters(tmp_path, case):
+    config = config_file(tmp_path, case.lines)
+    result = subprocess.run(
+        [*WIREMQ, "serve", "--config", str(config), "--port", "0", "--data", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"{config}:{case.line}: {case.parameter}: " in result.stderr
+    for fragment in case.fragments:
+        assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_broken_rule_given_with_set(tmp_path):
+    result = subprocess.run(
+        [*WIREMQ, "serve", "--port", "0", "--data", str(tmp_path)]
+        + ["--set", "SlowSubscriber.warnshare=0.95"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        "command line: SlowSubscriber.warnshare: 0.95 is above SlowSubscriber.disconnectshare (0.9)"
+        in result.stderr
+    )
 
 
 def test_a_busy_port_is_reported_without_a_traceback(tmp_path):

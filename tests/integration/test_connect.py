@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect
 
 
@@ -64,6 +65,67 @@ def test_server_sends_heart_beats_when_idle(start_server):
         client._read(deadline)
     assert client.raw[before:].count(b"\n") >= 3, "expected at least three heart-beats in 2 s"
     assert not client.frames
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [
+        ("1000,1000", "1000,1000"),
+        ("3000,5000", "5000,3000"),  # the server sends every 5 s, hears from it every 3 s
+        ("100,200", "1000,1000"),  # below the floor (StompListener.heartbeatsend/receive)
+        ("0,1000", "1000,0"),
+    ],
+)
+def test_connected_answers_the_clients_heart_beats_down_to_the_floor(server, asked, answered):
+    client = RawClient(server.port)
+    assert client.connect(heart_beat=asked).headers["heart-beat"] == answered
+
+
+def test_heart_beats_arrive_at_the_negotiated_rate(server):
+    client = RawClient(server.port)
+    client.connect(heart_beat="1000,1000")
+    start, arrivals = time.monotonic(), []
+    seen = len(client.raw)
+    while time.monotonic() - start < 3.6:
+        client.send(b"\n")  # the client's own heart-beats keep it connected
+        client._read(time.monotonic() + 0.25)
+        arrivals += [time.monotonic() - start] * client.raw[seen:].count(b"\n")
+        seen = len(client.raw)
+    assert not client.frames and not client.closed
+    assert 2 <= len(arrivals) <= 4, arrivals  # one a second (10 s before: none)
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
+    assert all(gap > 0.7 for gap in gaps), arrivals
+
+
+def test_a_silent_client_is_dropped_after_the_negotiated_interval_times_grace(server):
+    client = RawClient(server.port)
+    assert client.connect(heart_beat="1000,0").headers["heart-beat"] == "0,1000"
+    connected = time.monotonic()
+    frame = client.next_frame(timeout=10)
+    silent_for = time.monotonic() - connected
+    assert frame.headers["message"] == "heart-beat timeout"
+    assert client.wait_closed()
+    assert 1.9 < silent_for < 6, silent_for  # 1 s x heartbeatgrace 2 (20 s before)
+
+
+def test_a_connection_whose_heart_beat_check_raises_is_closed_not_left_unchecked(
+    reactor, start_server, events
+):
+    server = start_server(**{"StompListener.heartbeatsend": "100"})
+    client = RawClient(server.port)
+    session = client.connect(heart_beat="0,100").headers["session"]
+
+    def broken_tick(now: float) -> float | None:
+        raise RuntimeError("a bad heart-beat check")
+
+    def break_it() -> None:
+        (protocol,) = [c for c in server.connections if c.client.session.session_id == session]
+        protocol.client.tick = broken_tick
+
+    call_in_reactor(reactor, break_it)
+    assert client.wait_closed(), "the connection was left open without heart-beat checks"
+    failed = [e for e in list(events) if e["event"] == "heartbeat.failed"]
+    assert [e["session"] for e in failed] == [session]
 
 
 def test_silent_client_is_disconnected_after_its_grace_period(start_server):

@@ -82,6 +82,33 @@ def test_the_store_cleanup_removes_expired_persistent_messages(start_server):
     assert [m.body for m in consumer_recorder.wait_for_messages(1)] == ["stays"]
 
 
+def test_a_cleanup_run_that_raises_is_logged_and_the_next_run_goes_on(start_server, events):
+    server = start_server(**{"PersQueueFileStore.cleanupinterval": "0.2"})
+    expiry = server.core.expiry
+    moves = expiry.expired_stored
+    calls = []
+
+    def fails_once(found, then):
+        calls.append(len(found))
+        if len(calls) == 1:
+            raise RuntimeError("a bad cleanup run")
+        moves(found, then)
+
+    expiry.expired_stored = fails_once  # what the cleanup calls with what it found
+    producer, recorder = connect(server.port)
+    for i in range(5):
+        producer.send(
+            "/queue/flaky", f"e{i}", headers={"persistent": "true", "expires": str(_now_ms() + 100)}
+        )
+    producer.send("/queue/flaky", "stays", headers={"persistent": "true"}, receipt="sent")
+    assert recorder.wait_until(lambda: "sent" in recorder.receipts)
+    store = server.store
+    assert until(lambda: store.count("/queue/flaky")[0] == 1, 10, every=0.05), calls
+    assert calls[:2] == [5, 5], "the run after the failure found them again"
+    failed = [e for e in list(events) if e["event"] == "cleanup.failed"]
+    assert failed and failed[0]["error"] == "a bad cleanup run"
+
+
 def test_an_invalid_expires_header_is_refused(server):
     producer, recorder = connect(server.port)
     producer.send("/queue/bad-exp", "x", headers={"expires": "tomorrow"})

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import TIMEOUT, RawClient, connect, until
 from tests.integration.test_flow_control import (
     READ_CHUNK,
@@ -355,3 +356,28 @@ def test_a_client_that_does_not_read_grows_slow_and_is_disconnected_only_when_co
     assert slow.read_until(lambda frames: len(frames) >= 3000, timeout=15)
     assert [number(m.body) for m in slow.messages()] == list(range(3000))
     assert not [f for f in slow.frames if f.command == "ERROR"]
+
+
+def test_a_slow_subscriber_check_that_raises_is_logged_and_the_checks_go_on(
+    reactor, start_server, floods, slow_clients, events
+):
+    server = start_server(**SLOWNESS)
+    # The reported case: warnshare above disconnectshare made the check raise, once, and
+    # never run again. config.xml refuses it now; changed while the server runs, it still
+    # makes the check raise.
+    call_in_reactor(reactor, server.settings.set, "SlowSubscriber.warnshare", 0.5)
+
+    def named(event: str) -> list[dict[str, Any]]:
+        return [e for e in list(events) if e["event"] == event]
+
+    assert until(lambda: len(named("periodic.failed")) >= 3), "the check did not run again"
+    assert "warn_share" in named("periodic.failed")[0]["error"]
+    call_in_reactor(reactor, server.settings.set, "SlowSubscriber.warnshare", 0.005)
+    slow = slow_clients(server.port)
+    slow.subscribe("/queue/slow")
+    flood = floods(server.port, "/queue/slow", limit=3000)
+    assert until(lambda: [e for e in named("client.slow") if e["session"] == slow.session]), (
+        "the checks stopped for good"
+    )
+    assert flood.finish() == 3000
+    assert slow.read_until(lambda frames: len(frames) >= 3000, timeout=15)

@@ -2,8 +2,9 @@
 
 import pytest
 
+from tests.relations import CASES, config_file
 from wiremq.config.parameters import REGISTRY
-from wiremq.config.registry import Parameter, Registry
+from wiremq.config.registry import Order, Parameter, Registry, RelationError
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec, load_config, render_config
 
@@ -13,6 +14,9 @@ FLAG = Parameter("G", "flag", bool, False, "a flag")
 MODE = Parameter("G", "mode", str, "fast", "a mode", choices=("fast", "safe"))
 NAME = Parameter("G", "name", str, "x", "free text")
 TEST_REGISTRY = Registry([COUNT, RATIO, FLAG, MODE, NAME])
+LOW = Parameter("P", "low", int, 1, "a low bound", minimum=0, maximum=100, off=-1)
+HIGH = Parameter("P", "high", int, 5, "a high bound", minimum=0, maximum=100, off=-1)
+ORDERED = Registry([LOW, HIGH], [Order("P.low", "P.high", "low before high", paired=True)])
 
 
 # -- registry --------------------------------------------------------------------------
@@ -109,10 +113,7 @@ def test_settings_refuse_unknown_and_out_of_range():
 
 def write(tmp_path, *lines: str):
     """A config.xml whose given lines start at line 3."""
-    path = tmp_path / "config.xml"
-    text = '<?xml version="1.0"?>\n<wiremq>\n' + "\n".join(lines) + "\n</wiremq>\n"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return config_file(tmp_path, lines)
 
 
 def config_error(path, overrides=None) -> ConfigError:
@@ -234,6 +235,80 @@ def test_command_line_overrides_the_file(tmp_path):
 )
 def test_bad_command_line_override(override, fragment):
     assert fragment in str(config_error(None, override))
+
+
+# -- rules between two parameters ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_broken_rule_between_two_parameters_names_file_line_and_parameter(tmp_path, case):
+    path = config_file(tmp_path, case.lines)
+    message = str(config_error(path))
+    assert message.startswith(f"{path}:{case.line}: {case.parameter}: "), message
+    for fragment in case.fragments:
+        assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("lines", "overrides", "message"),
+    [
+        (
+            (),
+            {"MessageSpool.usageclearpercent": "90"},
+            "command line: MessageSpool.usageclearpercent: 90 is above "
+            "MessageSpool.usagesetpercent (80)",
+        ),
+        (
+            ('<VolQueueStoreImpl msghighwatermark="100" msglowwatermark="50"/>',),
+            {"VolQueueStoreImpl.msghighwatermark": "-1"},
+            "command line: VolQueueStoreImpl.msghighwatermark: -1 switches it off but "
+            "VolQueueStoreImpl.msglowwatermark is set (50)",
+        ),
+    ],
+)
+def test_a_broken_rule_on_the_command_line_names_it(tmp_path, lines, overrides, message):
+    assert message in str(config_error(config_file(tmp_path, lines), overrides))
+
+
+def test_rules_are_checked_once_every_value_is_given(tmp_path):
+    path = config_file(tmp_path, ('<VolQueueStoreImpl msghighwatermark="100"/>',))
+    config = load_config(path, {"VolQueueStoreImpl.msglowwatermark": "100"})
+    assert config.settings.get("VolQueueStoreImpl", "msglowwatermark") == 100  # low == high: ok
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"P.low": 7, "P.high": 7},
+        {"P.low": -1, "P.high": -1},
+    ],
+)
+def test_values_that_keep_the_rules_are_taken(values):
+    assert Settings(ORDERED, values).get("P", "low") == values.get("P.low", 1)
+
+
+@pytest.mark.parametrize(
+    ("values", "blamed", "problem"),
+    [
+        ({"P.low": 9}, "P.low", "9 is above P.high (5)"),
+        ({"P.low": 9, "P.high": 8}, "P.high", "8 is below P.low (9)"),
+        ({"P.high": -1}, "P.high", "-1 switches it off but P.low is set (1)"),
+        ({"P.low": -1}, "P.low", "-1 switches it off but P.high is set (5)"),
+    ],
+)
+def test_settings_refuse_values_that_break_a_rule(values, blamed, problem):
+    with pytest.raises(RelationError) as caught:
+        Settings(ORDERED, values)
+    assert caught.value.parameter.key == blamed
+    assert str(caught.value).startswith(problem)
+
+
+def test_a_rule_the_defaults_break_or_naming_an_unknown_parameter_is_refused():
+    with pytest.raises(ValueError, match="the defaults break"):
+        Registry([LOW, HIGH], [Order("P.high", "P.low", "backwards")])
+    with pytest.raises(ValueError, match="unknown parameter P.nope"):
+        Registry([LOW, HIGH], [Order("P.low", "P.nope", "no such parameter")])
 
 
 def test_rendered_config_loads_back_to_the_same_settings(tmp_path):

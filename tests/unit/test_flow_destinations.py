@@ -123,7 +123,6 @@ def test_a_stopped_producer_that_goes_away_is_forgotten(make_net):
     ("values", "enabled"),
     [
         ({}, False),  # per-destination watermarks are off by default
-        ({"VolQueueStoreImpl.msghighwatermark": 5}, False),  # its low watermark is still -1
         ({"VolQueueStoreImpl.msghighwatermark": 5, "VolQueueStoreImpl.msglowwatermark": 2}, True),
         ({"VolQueueStoreImpl.bytehighwatermark": 9, "VolQueueStoreImpl.bytelowwatermark": 0}, True),
     ],

@@ -22,7 +22,7 @@ from wiremq.modules.stomp.events import (
 from wiremq.modules.stomp.frames import Frame
 from wiremq.modules.stomp.session import SessionSettings, StompSession
 
-DEFAULTS = SessionSettings(10000, 10000, 2.0, LIMITS)
+DEFAULTS = SessionSettings(10000, 10000, 2.0, LIMITS)  # heart-beat floors of 10 s
 
 
 def raw(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
@@ -266,8 +266,8 @@ def test_nothing_is_sent_after_an_error():
     ("client_heart_beat", "send_interval", "receive_interval", "header"),
     [
         ("0,0", 0.0, 0.0, "0,0"),
-        ("5000,20000", 20.0, 20.0, "10000,10000"),  # receive: max(10000, 5000) * grace 2
-        ("30000,1000", 10.0, 60.0, "10000,10000"),
+        ("5000,20000", 20.0, 20.0, "20000,10000"),  # receive: max(10000, 5000) * grace 2
+        ("30000,1000", 10.0, 60.0, "10000,30000"),  # the client's, down to the floors
         ("0,1000", 10.0, 0.0, "10000,0"),
         ("1000,0", 0.0, 20.0, "0,10000"),
     ],
