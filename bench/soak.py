@@ -109,7 +109,8 @@ class Run:
 
     load_seconds: float = 0.0
     drain_seconds: float = 0.0
-    restart_exit: int | None = None  # exit status of the planned stop
+    restart: str = "none"  # what the planned restart was
+    restart_exit: int | None = None  # exit status of the planned stop (SIGTERM)
     died: str = ""  # the server ended when it should not have
     stuck: list[str] | None = None  # client threads that did not end
     baseline: Counter[str] | None = None
@@ -152,7 +153,10 @@ def load(args: argparse.Namespace, server: ManagedServer, soak: Soak, run: Run) 
                 run.restart_exit = server.stop()
             server.start()
             window_start = time.monotonic()
-            print(f"    restarted ({args.restart}) at {window_start - started:.0f} s", flush=True)
+            run.restart = f"{args.restart} at {window_start - started:.0f} s" + (
+                f", exit status {run.restart_exit}" if args.restart == "term" else ""
+            )
+            print(f"    restarted: {run.restart}", flush=True)
             threading.Timer(RESTART_GRACE, soak.restarting.clear).start()
         elif not server.alive():
             run.died = f"the server exited ({server.proc and server.proc.returncode}) under load"
@@ -232,7 +236,8 @@ def checks(
     found.append(Check("connect-deadline", not still_open, f"{still_open} left open"))
     errors = [line for line in log.complaints if not _warning(line)]
     found.append(Check("server-log", not errors, f"{len(errors)} error lines"))
-    found.append(Check("server-exit", run.exit_code == 0, f"exit status {run.exit_code}"))
+    clean = run.exit_code == 0 and run.restart_exit in (None, 0)
+    found.append(Check("server-exit", clean, f"exit status {run.exit_code} ({run.restart})"))
     details = report(broken)
     if extra:
         details.append(f"  fds-released: more than before the clients came: {extra}")
@@ -283,7 +288,7 @@ def figures(ledger: Ledger, run: Run, watch: Watch, log: FlowLog) -> list[tuple[
         ),
         ("server cpu", f"{run.cpu_seconds or 0:.0f} s"),
         ("silent", ", ".join(f"{k[8:]} {v}" for k, v in counts.items() if k.startswith("silent"))),
-        ("restart", "none" if run.restart_exit is None else f"SIGTERM exit {run.restart_exit}"),
+        ("restart", run.restart),
         ("log warnings", ", ".join(f"{k} {v}" for k, v in warnings.most_common()) or "none"),
     ]
 

@@ -496,7 +496,8 @@ class Silent(Worker):
             try:
                 wire.poll(0.5)
             except ConnectionError:
-                self.ledger.count("silent: closed by the server")
+                if not self.soak.restarting.is_set():  # else a restart closed it
+                    self.ledger.count("silent: closed by the server")
                 raise
         if not self.soak.stop.is_set():
             self.ledger.count(f"silent: still open after {self.wait:.0f} s")
