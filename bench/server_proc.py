@@ -121,8 +121,8 @@ class ManagedServer:
 
     def start(self) -> None:
         self.port = free_port(self.host)
-        (self.workdir / "data").mkdir()
-        with open(self.log_path, "wb") as log:
+        (self.workdir / "data").mkdir(exist_ok=True)  # kept by a restart
+        with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
                     self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -168,6 +168,12 @@ class ManagedServer:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; the data directory stays for a restart."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def log_tail(self, lines: int = 40) -> str:
         try:
