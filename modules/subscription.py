@@ -187,6 +187,16 @@ class Subscription:
             head += ack_line(message.message_id, self.ack_suffix)
         self.egress.push_message(message.egress_queue, head, tail, self, message)
 
+    def redeliver(self, messages: list[Message]) -> None:
+        """Deliver NACKed messages again; they wait for acknowledgement ahead of the later
+        ones, as before (a durable subscriber's position stops before the oldest)."""
+        for message in messages:
+            self.deliver(message)
+        unacked = self.unacked
+        if unacked is not None:
+            again = {m.message_id: unacked.pop(m.message_id) for m in messages}
+            self.unacked = again | unacked
+
     def written(self, entry: Entry) -> None:
         """The writer put a delivery on the socket. In auto mode that frees its window
         slot and acknowledges it: a delivery never written (the client went away first)

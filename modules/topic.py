@@ -216,8 +216,7 @@ class Topic(Destination):
             return self.acknowledged(subscription, messages)
         if subscription.ended:  # a durable subscriber gets them from the store when back
             return NOTHING
-        for message in messages:
-            subscription.deliver(message.redelivery())
+        subscription.redeliver([message.redelivery() for message in messages])
         return NOTHING
 
     def state(self) -> dict[str, object]:
