@@ -365,3 +365,27 @@ def test_a_nul_in_a_destination_name_is_refused(server):
     assert frame.command == "ERROR"
     assert frame.headers["receipt-id"] == "r"
     assert "destination" in frame.headers["message"]
+
+
+# -- a durable SUBSCRIBE's receipt follows its registration -----------------------------------
+
+
+def test_persistent_messages_published_after_a_durable_subscribe_receipt_are_kept(server):
+    headers = {"activemq.subscriptionName": "race"}
+    for attempt in range(5):
+        topic = f"/topic/race{attempt}"
+        subscriber, recorder = connect(server.port, **{"client-id": f"racer{attempt}"})
+        producer, producer_recorder = connect(server.port)
+        _subscribed(subscriber, recorder, topic, "d", "client-individual", **headers)
+        for i in range(20):  # at once after the receipt, from another connection
+            producer.send(topic, str(i), headers={"persistent": "true"}, receipt=str(i))
+        receipts = producer_recorder.receipts
+        assert producer_recorder.wait_until(lambda r=receipts: len(r) == 20)
+        subscriber.disconnect()
+        back, back_recorder = connect(server.port, **{"client-id": f"racer{attempt}"})
+        _subscribed(back, back_recorder, topic, "d", "client-individual", **headers)
+        assert sorted(int(b) for b in (m.body for m in back_recorder.wait_for_messages(20))) == (
+            list(range(20))
+        )
+        back.disconnect()
+        producer.disconnect()
