@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
+from wiremq.config.groups import ClientBounds
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.egress import Egress
@@ -83,6 +84,7 @@ class ConnectionServices:
     transactions: TransactionManager
     persistence: Persistence | None
     clients: set[ClientConnection]
+    bounds: ClientBounds
 
 
 class ClientConnection:
@@ -106,6 +108,7 @@ class ClientConnection:
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[str, Subscription] = {}  # by the number in 1.2 ack values
         self._numbers = 0
+        self._blocking = 0  # subscriptions whose policy is not discard-oldest
         self.inflight = 0  # this client's work still in progress
         self._on_idle: Callable[[], None] | None = None
         # SENDs read and not yet submitted: consecutive ones of one domain go down its
@@ -283,6 +286,11 @@ class ClientConnection:
             raise ProtocolError(
                 "duplicate subscription", f"subscription id {event.sub_id!r} is already in use"
             )
+        limit = self.services.bounds.maxsubscriptions
+        if len(self.subscriptions) >= limit:
+            raise Refused(
+                "too many subscriptions", f"a connection may hold {limit} subscriptions at once"
+            )
         target = self.services.destinations.resolve(event.destination)
         durable_key = self._durable_key(event, target)
         policy = target.policy
@@ -309,7 +317,7 @@ class ClientConnection:
             assert self.services.persistence is not None
             self.services.persistence.active[durable_key] = subscription
         target.subscribe(subscription)
-        self._set_egress_policy()
+        self._policy_changed(subscription, 1)
         if durable_key is None:
             self._receipt(event)
             return
@@ -332,11 +340,14 @@ class ClientConnection:
 
         self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
 
-    def _set_egress_policy(self) -> None:
+    def _policy_changed(self, subscription: Subscription, added: int) -> None:
         """A client whose subscriptions all discard-oldest lets its egress queues discard;
-        any other keeps every message (BLOCK): one policy per client, as in a client profile."""
-        policies = {s.policy for s in self.subscriptions.values()}
-        discard = policies == {"discard-oldest"}
+        any other keeps every message (BLOCK): one policy per client, as in a client profile.
+        Counted as subscriptions come and go (``added`` 1 or -1), so that neither costs
+        more for a client that holds many."""
+        if subscription.policy != "discard-oldest":
+            self._blocking += added
+        discard = self.subscriptions and not self._blocking
         self.egress.queues.policy = Policy.DISCARD_OLDEST if discard else Policy.BLOCK
 
     def _durable_key(self, event: Subscribe, target: Destination) -> SubscriptionKey | None:
@@ -395,7 +406,7 @@ class ClientConnection:
         if subscription.durable_key is not None and self.services.persistence is not None:
             self.services.persistence.active.pop(subscription.durable_key, None)
         subscription.destination.unsubscribe(subscription)
-        self._set_egress_policy()
+        self._policy_changed(subscription, -1)
 
     # -- acknowledgements ----------------------------------------------------------------
 

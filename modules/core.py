@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import structlog
 
-from wiremq.config.groups import ListenerSettings, SpoolSettings
+from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
 from wiremq.modules.catalog import build_chain
@@ -78,7 +78,8 @@ class Core:
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
-        self.transactions = TransactionManager()
+        bounds = ClientBounds.read(settings, "StompListener")
+        self.transactions = TransactionManager(bounds.maxtransactions)
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
@@ -93,6 +94,7 @@ class Core:
             self.transactions,
             self.persistence,
             self.clients,
+            bounds,
         )
 
     def module_context(self, domain: str) -> ModuleContext:

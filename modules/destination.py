@@ -73,7 +73,9 @@ class Destination(ABC):
         self.name = name
         self.services = services
         self.policy = DestinationPolicy.for_destination(services.settings, name)
-        self.consumers: list[Subscription] = []
+        # Insertion-ordered, so that adding and removing one costs the same however many
+        # there are.
+        self.consumers: dict[Subscription, None] = {}
         self.producers: set[Producer] = set()
         # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
         self.fail_when_full = self.policy.whenfull == "fail"
@@ -112,7 +114,7 @@ class Destination(ABC):
             gate.forget(producer)
 
     def subscribe(self, subscription: Subscription) -> None:
-        self.consumers.append(subscription)
+        self.consumers[subscription] = None
 
     @abstractmethod
     def enqueue(self, message: Message) -> None:

@@ -11,7 +11,7 @@ order they reached the queue; within one mode, always in order.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 
 import structlog
 
@@ -41,7 +41,8 @@ class Queue(Destination):
         self.reading_backlog = False
         self.last_dispatch = services.runtime.monotonic()
         self._arrivals = 0
-        self._next = 0  # round-robin position among consumers
+        # In round-robin order: each consumer offered a message moves to the end.
+        self.consumers: OrderedDict[Subscription, None] = OrderedDict()
         self.volatile = services.flow.volatile
         self.own_volatile = self.own_watermark("VolQueueStore", "VolQueueStoreImpl")
         self.store_watermark = self.own_watermark(
@@ -129,7 +130,7 @@ class Queue(Destination):
             self._count_volatile()
             return
         runtime = self.services.runtime
-        turn = self._next
+        rotate = consumers.move_to_end
         now_ms = 0
         expired: list[Message] = []
         message = self._peek()
@@ -142,8 +143,8 @@ class Queue(Destination):
                     message = self._peek()
                     continue
             for _ in range(count):
-                consumer = consumers[turn % count]
-                turn += 1
+                consumer = next(iter(consumers))
+                rotate(consumer)  # offered a message: its turn is over
                 if consumer.ready_for(message):
                     break
                 consumer.waiting = True
@@ -152,7 +153,6 @@ class Queue(Destination):
             self._take(message)
             consumer.deliver(message)
             message = self._peek()
-        self._next = turn % count
         self._count_volatile()
         self.last_dispatch = runtime.monotonic()
         if expired:
@@ -165,7 +165,7 @@ class Queue(Destination):
         self.dispatch()
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        self.consumers.remove(subscription)
+        del self.consumers[subscription]
         self.requeue(subscription.take_unacked())
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:

@@ -128,9 +128,11 @@ class Topic(Destination):
             subscription.cursor += 1
 
     def _trim(self) -> None:
-        end = self.first + len(self.buffer)
-        low = min((s.cursor for s in self.consumers), default=end)
         buffer = self.buffer
+        if not buffer:  # nothing to trim: no need to look at every subscriber
+            return
+        end = self.first + len(buffer)
+        low = min((s.cursor for s in self.consumers), default=end)
         while self.first < low:
             message = buffer.popleft()
             self.first += 1
@@ -162,7 +164,7 @@ class Topic(Destination):
         self.services.replays.start(self, subscription, info)
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        self.consumers.remove(subscription)
+        del self.consumers[subscription]
         subscription.take_unacked()  # a durable subscriber gets them again from the store
         if subscription.durable_key is not None:
             self.services.replays.stop(subscription)
