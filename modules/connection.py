@@ -11,6 +11,7 @@ comes after everything the client sent before it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
@@ -84,6 +85,7 @@ class ConnectionServices:
     transactions: TransactionManager
     persistence: Persistence | None
     clients: set[ClientConnection]
+    addresses: Counter[str]  # connections open per client address
     bounds: ClientBounds
 
 
@@ -101,8 +103,12 @@ class ClientConnection:
         self.services = services
         self.egress = egress
         self.peer = peer
+        self.address = peer.rpartition(":")[0]  # the host of "host:port"
         self.reader = reader
         self.session = StompSession(services.session, services.ids.session(), now)
+        self._connect_deadline = services.runtime.call_later(
+            services.bounds.connecttimeout, self._connect_overdue
+        )
         self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
         self.client_id = ""
         self.subscriptions: dict[str, Subscription] = {}
@@ -117,6 +123,7 @@ class ClientConnection:
         self._sends_domain = ""
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         services.clients.add(self)
+        services.addresses[self.address] += 1
 
     # -- input ---------------------------------------------------------------------------
 
@@ -145,6 +152,23 @@ class ClientConnection:
             except (ProtocolError, Refused) as failure:
                 self.fail(failure, event.headers.get("receipt"))
         self._submit()
+        self._check_connect_size()
+
+    def _check_connect_size(self) -> None:
+        """Until CONNECT is read, a client may only make the server hold a little."""
+        session = self.session
+        limit = self.services.bounds.maxconnectsize
+        if session.version is None and session.decoder.buffered > limit:
+            self.fail(
+                ProtocolError(
+                    "connect frame too large", f"a CONNECT frame may take at most {limit} bytes"
+                )
+            )
+
+    def _connect_overdue(self) -> None:
+        if self.session.version is None:
+            deadline = self.services.bounds.connecttimeout
+            self.fail(ProtocolError("connect timeout", f"no CONNECT within {deadline:g} s"))
 
     def _handle(self, event: Request) -> None:
         if type(event) is Send:  # a destination that is neither a queue nor a topic
@@ -239,9 +263,15 @@ class ClientConnection:
         """The socket closed: end everything this client had."""
         self.session.closed = True
         self.session.reading = False
+        self._connect_deadline.cancel()
         self.closing()
-        self.services.destinations.forget_producer(self)
-        self.services.clients.discard(self)
+        services = self.services
+        services.destinations.forget_producer(self)
+        if self in services.clients:
+            services.clients.discard(self)
+            services.addresses[self.address] -= 1
+            if not services.addresses[self.address]:
+                del services.addresses[self.address]
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
 
     def drop(self, failure: Failure) -> None:
@@ -262,6 +292,8 @@ class ClientConnection:
     # -- requests ------------------------------------------------------------------------
 
     def _connect(self, event: Connect) -> None:
+        self._connect_deadline.cancel()
+        self._check_room()
         self.client_id = event.headers.get("client-id", "")
         log.info(
             "client.connected",
@@ -271,6 +303,22 @@ class ClientConnection:
             client_id=self.client_id or None,
         )
         self.egress.push(self.session.send(Connected()))
+
+    def _check_room(self) -> None:
+        """Refuse a client over the limits on connections, in all and from its address."""
+        services = self.services
+        bounds = services.bounds
+        if len(services.clients) > bounds.maxconnections:
+            raise Refused(
+                "too many connections",
+                f"the server takes at most {bounds.maxconnections} connections at once",
+            )
+        if services.addresses[self.address] > bounds.maxconnectionsperaddress:
+            raise Refused(
+                "too many connections",
+                f"the server takes at most {bounds.maxconnectionsperaddress} connections at "
+                f"once from one address ({self.address})",
+            )
 
     def _disconnect(self, event: Disconnect) -> None:
         """Read nothing more; the receipt follows once earlier frames are done."""

@@ -8,6 +8,8 @@ them all.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import structlog
 
 from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
@@ -94,6 +96,7 @@ class Core:
             self.transactions,
             self.persistence,
             self.clients,
+            Counter(),
             bounds,
         )
 

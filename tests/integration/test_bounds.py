@@ -6,9 +6,11 @@ bound, against an in-process server with real sockets.
 
 from __future__ import annotations
 
+import socket
 import time
 
-from tests.integration.clients import RawClient
+from tests.conftest import call_in_reactor
+from tests.integration.clients import RawClient, until
 
 SUBSCRIPTIONS = 20_000
 
@@ -42,3 +44,79 @@ def test_subscribe_and_unsubscribe_cost_does_not_grow_with_subscriptions(start_s
     elapsed = time.monotonic() - started
     assert elapsed < 20, f"{SUBSCRIPTIONS} subscriptions made and ended in {elapsed:.1f} s"
     assert not server.core.destinations.queues["/queue/many"].consumers
+
+
+def _refused(client: RawClient) -> str:
+    """The ERROR message a client got in answer to its CONNECT; the server closed it."""
+    client.send(b"CONNECT\naccept-version:1.2\nhost:x\nreceipt:hello\n\n\0")
+    frame = client.next_frame()
+    assert frame.command == "ERROR", frame
+    assert client.wait_closed()
+    return frame.headers["message"]
+
+
+def test_connections_past_the_limit_per_address_get_an_error_answering_connect(start_server):
+    server = start_server(
+        **{"StompListener.maxconnectionsperaddress": "2", "StompListener.maxconnections": "10"}
+    )
+    first, second = RawClient(server.port), RawClient(server.port)
+    first.connect()
+    second.connect()
+    assert _refused(RawClient(server.port)) == "too many connections"
+    elsewhere = RawClient(server.port, source="127.0.0.2")
+    elsewhere.connect()  # another address has room
+    first.close()
+    assert until(lambda: len(server.connections) == 2)
+    RawClient(server.port).connect()  # a closed connection makes room
+
+
+def test_connections_past_the_total_limit_get_an_error_answering_connect(start_server):
+    server = start_server(**{"StompListener.maxconnections": "2"})
+    clients = [RawClient(server.port), RawClient(server.port, source="127.0.0.2")]
+    for client in clients:
+        client.connect()
+    assert _refused(RawClient(server.port, source="127.0.0.3")) == "too many connections"
+
+
+def test_a_connection_that_never_sends_connect_is_closed_with_an_error(start_server):
+    server = start_server(**{"StompListener.connecttimeout": "0.5"})
+    silent = RawClient(server.port)
+    frame = silent.next_frame()
+    assert frame.command == "ERROR"
+    assert frame.headers["message"] == "connect timeout"
+    assert silent.wait_closed()
+    assert until(lambda: not server.connections)
+
+
+def test_a_connected_client_outlives_the_connect_deadline(start_server):
+    server = start_server(**{"StompListener.connecttimeout": "0.5"})
+    client = RawClient(server.port)
+    client.connect()  # no heart-beats
+    assert not client.wait_closed(timeout=2.0), "a connected client is not closed"
+    assert not client.frames
+    client.send(b"SUBSCRIBE\nid:1\ndestination:/queue/alive\nreceipt:r\n\n\0")
+    assert client.next_frame().headers["receipt-id"] == "r"
+
+
+def test_an_unfinished_connect_frame_is_bounded_small(start_server):
+    server = start_server(**{"StompListener.maxconnectsize": "1024"})
+    client = RawClient(server.port)
+    client.send(b"CONNECT\naccept-version:1.2\nlogin:" + b"x" * 2000)
+    frame = client.next_frame()
+    assert frame.command == "ERROR"
+    assert frame.headers["message"] == "connect frame too large"
+    assert client.wait_closed()
+
+
+def test_every_accepted_connection_has_tcp_keepalive(server, reactor):
+    clients = [RawClient(server.port), RawClient(server.port)]
+    clients[0].connect()  # the other has not even sent CONNECT
+
+    def keepalive() -> list[int]:
+        return [
+            c.transport.getHandle().getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            for c in server.connections
+        ]
+
+    assert until(lambda: len(server.connections) == 2)
+    assert call_in_reactor(reactor, keepalive) == [1, 1]
