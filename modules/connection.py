@@ -64,6 +64,7 @@ WINDOW_MESSAGES = ("consumerQueueEntriesSize", "activemq.prefetchSize", "prefetc
 WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
 
 Failure: TypeAlias = ProtocolError | Refused
+CONTROL_BACKLOG = "control queue full"  # why a client that does not read is not read
 
 
 class ReadControl(Protocol):
@@ -102,6 +103,7 @@ class ClientConnection:
     ) -> None:
         self.services = services
         self.egress = egress
+        egress.throttle = self
         self.peer = peer
         self.address = peer.rpartition(":")[0]  # the host of "host:port"
         self.reader = reader
@@ -578,6 +580,13 @@ class ClientConnection:
         if not self.stops:
             self.session.reading_stopped(False, self.services.runtime.monotonic())
             self.reader.resume()
+
+    def control_full(self) -> None:
+        """The client does not read its RECEIPTs: read nothing more until it does."""
+        self.stop_reading(CONTROL_BACKLOG)
+
+    def control_drained(self) -> None:
+        self.start_reading(CONTROL_BACKLOG)
 
     def tick(self, now: float) -> float | None:
         """Heart-beats: send one if due, fail a silent client; when to tick again."""

@@ -7,6 +7,7 @@ bound, against an in-process server with real sockets.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 from tests.conftest import call_in_reactor
@@ -120,3 +121,60 @@ def test_every_accepted_connection_has_tcp_keepalive(server, reactor):
 
     assert until(lambda: len(server.connections) == 2)
     assert call_in_reactor(reactor, keepalive) == [1, 1]
+
+
+def _send_blocking(client: RawClient, data: bytes) -> None:
+    """Send everything, however long the server leaves the client blocked in its send."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[client.sock.send(view[:65536]) :]
+        except TimeoutError:
+            continue
+
+
+RECEIPTED_SENDS = 200_000
+CONTROL_DEPTH = 100  # work units: a RECEIPT is one
+
+
+def test_a_client_that_never_reads_its_receipts_is_not_read_until_it_does(start_server, reactor):
+    """200,000 SENDs with receipts from a client that reads nothing: the receipts queued
+    for it stay within the control queue's depth plus what one read asked for (the
+    server stops reading it), and once it reads it gets every receipt."""
+    server = start_server(**{"ClientEgress.maxdepth": str(CONTROL_DEPTH)})
+    client = RawClient(server.port)
+    client.connect()
+    padding = "p" * 64  # long receipt ids: the socket buffers cannot hold them all
+    sends = [
+        b"SEND\ndestination:/topic/void\nreceipt:%s-%d\n\n\0" % (padding.encode(), n)
+        for n in range(RECEIPTED_SENDS)
+    ]
+    sender = threading.Thread(target=_send_blocking, args=(client, b"".join(sends)), daemon=True)
+    sender.start()
+    [connection] = server.connections
+    one_read = 65536 // min(len(s) for s in sends) + 1
+    bound = CONTROL_DEPTH + one_read
+
+    def control_work() -> tuple[bool, int]:  # (reading stopped, C-1 high-water mark)
+        stopped = bool(connection.client.stops)
+        return stopped, connection.egress.queues.stats()["C-1"]["hwm_work"]
+
+    def settled() -> bool:
+        stopped, high = call_in_reactor(reactor, control_work)
+        return stopped or high > bound
+
+    assert until(settled, timeout=30)
+    time.sleep(1.0)  # what was read before reading stopped is answered meanwhile
+    stopped, high = call_in_reactor(reactor, control_work)
+    assert high <= bound, f"{high} RECEIPTs queued for a client that does not read"
+    assert stopped, "the server stops reading a client that does not read"
+    assert sender.is_alive(), "the client is blocked in its send"
+
+    receipts = set()
+    while len(receipts) < RECEIPTED_SENDS:
+        frame = client.next_frame(timeout=30)
+        assert frame.command == "RECEIPT", frame
+        receipts.add(frame.headers["receipt-id"])
+    assert receipts == {f"{padding}-{n}" for n in range(RECEIPTED_SENDS)}
+    sender.join(10)
+    assert not sender.is_alive()
