@@ -24,6 +24,7 @@ from wiremq.modules.destinations import Destinations
 from wiremq.modules.egress import Egress
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.egress_queues import Policy
+from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
@@ -87,6 +88,7 @@ class ConnectionServices:
     persistence: Persistence | None
     clients: set[ClientConnection]
     addresses: Counter[str]  # connections open per client address
+    unfinished: UnfinishedFrames
     bounds: ClientBounds
 
 
@@ -154,6 +156,7 @@ class ClientConnection:
             except (ProtocolError, Refused) as failure:
                 self.fail(failure, event.headers.get("receipt"))
         self._submit()
+        self.services.unfinished.held(self, self.session.decoder.buffered)
         self._check_connect_size()
 
     def _check_connect_size(self) -> None:
@@ -269,6 +272,7 @@ class ClientConnection:
         self.closing()
         services = self.services
         services.destinations.forget_producer(self)
+        services.unfinished.forget(self)
         if self in services.clients:
             services.clients.discard(self)
             services.addresses[self.address] -= 1

@@ -24,6 +24,7 @@ from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import Expiry
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.spool import Spool
+from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
@@ -97,6 +98,7 @@ class Core:
             self.persistence,
             self.clients,
             Counter(),
+            UnfinishedFrames(bounds.maxunfinishedbytes),
             bounds,
         )
 
@@ -143,6 +145,8 @@ class Core:
             "queues": [q.state() for q in self.destinations.queues.values()],
             "topics": [t.state() for t in self.destinations.topics.values()],
             "clients": [c.state() for c in self.clients],
+            "unfinished_frame_bytes": self.connection_services.unfinished.total,
+            "unfinished_frame_bytes_peak": self.connection_services.unfinished.peak,
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,

@@ -178,3 +178,44 @@ def test_a_client_that_never_reads_its_receipts_is_not_read_until_it_does(start_
     assert receipts == {f"{padding}-{n}" for n in range(RECEIPTED_SENDS)}
     sender.join(10)
     assert not sender.is_alive()
+
+
+MIB = 1024 * 1024
+
+
+def test_unfinished_frames_hold_a_bounded_total_and_all_finish(start_server):
+    """Eight clients each send 3 MiB of a frame and hold back its last byte: 24 MiB held
+    at once without a bound. With 8 MiB as the bound, the server holds at most that plus
+    one frame plus one read per client; when they send the rest, every frame finishes."""
+    body = 3 * MIB
+    server = start_server(
+        **{
+            "StompListener.maxbodysize": str(4 * MIB),
+            "StompListener.maxunfinishedbytes": str(8 * MIB),
+        }
+    )
+    unfinished = server.core.connection_services.unfinished
+    clients = [RawClient(server.port) for _ in range(8)]
+    for client in clients:
+        client.connect()
+    go_on = threading.Event()
+
+    def send(client: RawClient, n: int) -> None:
+        head = b"SEND\ndestination:/topic/big\ncontent-length:%d\nreceipt:%d\n\n" % (body, n)
+        _send_blocking(client, head + b"x" * (body - 1))
+        go_on.wait()
+        _send_blocking(client, b"x\0")
+
+    senders = [
+        threading.Thread(target=send, args=(client, n), daemon=True)
+        for n, client in enumerate(clients)
+    ]
+    for sender in senders:
+        sender.start()
+    assert until(lambda: unfinished.total > 8 * MIB)
+    time.sleep(2.0)  # long enough for every client to send what it can
+    assert unfinished.peak <= 8 * MIB + 4 * MIB + len(clients) * 65536, unfinished.peak
+    go_on.set()
+    for n, client in enumerate(clients):
+        assert client.next_frame(timeout=30).headers["receipt-id"] == str(n)
+    assert until(lambda: unfinished.total == 0)

@@ -6,6 +6,7 @@ On the ``Net`` of ``tests/unit/net.py``: a real core on a fake clock, simulated 
 from __future__ import annotations
 
 from tests.unit.net import Peer, frame
+from wiremq.modules.flow.unfinished import UnfinishedFrames
 
 
 def test_a_subscribe_past_the_limit_gets_an_error_naming_its_receipt(make_net):
@@ -62,3 +63,45 @@ def test_ending_transactions_makes_room_under_the_transaction_limit(make_net):
             name = f"{end}-{n}"
             peer.feed(frame("BEGIN", {"transaction": name}), frame(end, {"transaction": name}))
     assert not peer.errors
+
+
+class Client:
+    """A connection as the bound on unfinished frames sees it: read or not."""
+
+    def __init__(self) -> None:
+        self.stops: set[object] = set()
+
+    def stop_reading(self, reason: object) -> None:
+        self.stops.add(reason)
+
+    def start_reading(self, reason: object) -> None:
+        self.stops.discard(reason)
+
+
+def test_past_the_unfinished_bound_big_holders_stop_and_the_biggest_and_small_go_on():
+    frames = UnfinishedFrames(100)
+    big, bigger, small = Client(), Client(), Client()
+    frames.held(big, 60)
+    frames.held(small, 5)
+    frames.held(bigger, 70)  # over the bound: 135 held
+    frames.held(big, 61)
+    frames.held(small, 6)
+    assert big.stops and not bigger.stops, "the one holding the most finishes its frame"
+    assert not small.stops, "a connection holding less than its share goes on"
+    frames.held(bigger, 0)  # it finished: 67 held, under the bound
+    assert not big.stops
+
+
+def test_when_the_biggest_holder_finishes_over_the_bound_the_next_biggest_goes_on():
+    frames = UnfinishedFrames(100)
+    clients = [Client() for _ in range(3)]
+    for n, client in enumerate(clients):
+        frames.held(client, 50 + 10 * n)  # 180 held: each is judged at its next read
+    frames.held(clients[0], 51)
+    frames.held(clients[1], 61)
+    assert [bool(c.stops) for c in clients] == [True, True, False]
+    frames.held(clients[2], 0)  # it finished; 112 still held
+    assert [bool(c.stops) for c in clients] == [True, False, False]
+    frames.forget(clients[1])  # gone: 51 held, under the bound
+    assert frames.total == 51
+    assert not clients[0].stops
