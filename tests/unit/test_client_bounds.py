@@ -78,7 +78,7 @@ class Client:
         self.stops.discard(reason)
 
 
-def test_past_the_unfinished_bound_big_holders_stop_and_the_biggest_and_small_go_on():
+def test_past_the_unfinished_bound_big_holders_stop_and_the_finisher_and_small_go_on():
     frames = UnfinishedFrames(100)
     big, bigger, small = Client(), Client(), Client()
     frames.held(big, 60)
@@ -92,16 +92,17 @@ def test_past_the_unfinished_bound_big_holders_stop_and_the_biggest_and_small_go
     assert not big.stops
 
 
-def test_when_the_biggest_holder_finishes_over_the_bound_the_next_biggest_goes_on():
+def test_one_finisher_at_a_time_goes_on_past_the_bound_until_its_frame_is_done():
     frames = UnfinishedFrames(100)
     clients = [Client() for _ in range(3)]
-    for n, client in enumerate(clients):
-        frames.held(client, 50 + 10 * n)  # 180 held: each is judged at its next read
-    frames.held(clients[0], 51)
-    frames.held(clients[1], 61)
-    assert [bool(c.stops) for c in clients] == [True, True, False]
-    frames.held(clients[2], 0)  # it finished; 112 still held
+    frames.held(clients[0], 50)
+    frames.held(clients[1], 60)  # 110 held: the one holding the most finishes its frame
+    frames.held(clients[2], 70)  # holding more, but not the finisher
+    frames.held(clients[0], 51)  # each judged at its next read
+    frames.held(clients[1], 90)
+    assert [bool(c.stops) for c in clients] == [True, False, True]
+    frames.held(clients[1], 0)  # it finished; 121 still held: the next finisher goes on
     assert [bool(c.stops) for c in clients] == [True, False, False]
-    frames.forget(clients[1])  # gone: 51 held, under the bound
+    frames.forget(clients[2])  # gone: 51 held, under the bound
     assert frames.total == 51
     assert not clients[0].stops
