@@ -39,7 +39,6 @@ class Queue(Destination):
         self.backlog_after: int | None = None  # stored messages after this seq are not cached
         self.left_upto = 0  # the last stored message left in the store, not cached
         self.reading_backlog = False
-        self.last_dispatch = services.runtime.monotonic()
         self._arrivals = 0
         # In round-robin order: each consumer offered a message moves to the end.
         self.consumers: OrderedDict[Subscription, None] = OrderedDict()
@@ -163,6 +162,20 @@ class Queue(Destination):
     def subscribe(self, subscription: Subscription) -> None:
         super().subscribe(subscription)
         self.dispatch()
+
+    def _holds_nothing(self) -> bool:
+        persistence = self.persistence
+        return (
+            not self.fifo
+            and not self.cache
+            and self.backlog_after is None
+            and not self.reading_backlog
+            and (persistence is None or not persistence.store.count(self.name)[0])
+        )
+
+    def remove(self) -> None:
+        super().remove()
+        self.services.volatile.drop(self.name)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         del self.consumers[subscription]

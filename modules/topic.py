@@ -69,6 +69,7 @@ class Topic(Destination):
         queued meanwhile are written is checked then (``_disconnect_lagging``), so
         that a burst larger than its window does not count against it.
         """
+        self.last_dispatch = self.services.runtime.monotonic()
         for subscription in self.consumers:
             self._pump(subscription)
         end = self.first + len(self.buffer)
@@ -153,6 +154,11 @@ class Topic(Destination):
                 expired.append(message)
         if expired:
             self.services.expiry.expired(self.name, expired)
+
+    def _holds_nothing(self) -> bool:
+        """Nothing buffered, and no durable subscription keeps its messages."""
+        persistence = self.services.persistence
+        return not self.buffer and (persistence is None or not persistence.keeps(self.name))
 
     def subscribe(self, subscription: Subscription) -> None:
         subscription.cursor = self.first + len(self.buffer)  # only what comes from now on

@@ -219,3 +219,13 @@ def test_unfinished_frames_hold_a_bounded_total_and_all_finish(start_server):
     for n, client in enumerate(clients):
         assert client.next_frame(timeout=30).headers["receipt-id"] == str(n)
     assert until(lambda: unfinished.total == 0)
+
+
+def test_the_server_sweeps_unused_destinations_away(start_server):
+    server = start_server(**{"DestinationManager.idletimetolive": "0.5"})
+    client = RawClient(server.port)
+    client.connect()
+    client.send(b"SEND\ndestination:/topic/passing\nreceipt:r\n\nnobody listens\0")
+    assert client.next_frame().headers["receipt-id"] == "r"
+    assert "/topic/passing" in server.core.destinations.topics
+    assert until(lambda: "/topic/passing" not in server.core.destinations.topics, timeout=5)
