@@ -50,6 +50,19 @@ class ListenerSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class ClientBounds(SettingsGroup):
+    """StompListener: what one client, or all of them, may hold of the server."""
+
+    maxconnections: int
+    maxconnectionsperaddress: int
+    connecttimeout: float
+    maxconnectsize: int
+    maxunfinishedbytes: int
+    maxsubscriptions: int
+    maxtransactions: int
+
+
+@dataclass(frozen=True, slots=True)
 class BufferSettings(SettingsGroup):
     """P2PPrioQueue / PubSubPrioQueue: the thread/buffer module."""
 
@@ -118,6 +131,13 @@ class LiveBufferSettings(SettingsGroup):
     qlbcleanupinterval: float
     qlbcleanuptimetolive: float
     tlbcleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class IdleDestinationSettings(SettingsGroup):
+    """DestinationManager: when destinations nobody uses are removed."""
+
+    idletimetolive: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,85 @@ PARAMETERS = [
     ),
 ]
 
+# -- bounds on what one client controls (StompListener) ---------------------------------
+PARAMETERS += [
+    Parameter(
+        "StompListener",
+        "maxconnections",
+        int,
+        10000,
+        "Connections open at once; a CONNECT past it gets an ERROR and the connection closes",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
+        "maxconnectionsperaddress",
+        int,
+        1000,
+        "Connections open at once from one client address; a CONNECT past it gets an "
+        "ERROR and the connection closes",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
+        "connecttimeout",
+        float,
+        10.0,
+        "A connection that has not sent CONNECT this long after it opened gets an ERROR "
+        "and is closed",
+        unit="s",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "StompListener",
+        "maxconnectsize",
+        int,
+        16 * KIB,
+        "Bytes held for an unfinished CONNECT frame; past it the client gets an ERROR and "
+        "the connection closes",
+        unit="bytes",
+        minimum=256,
+        maximum=MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "maxunfinishedbytes",
+        int,
+        64 * MIB,
+        "Bytes of unfinished frames held over all connections; past it the connections "
+        "holding the most are not read (but the one holding the most, so it can finish "
+        "its frame) until the total is under it again",
+        unit="bytes",
+        minimum=MIB,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "maxsubscriptions",
+        int,
+        10000,
+        "Subscriptions one connection may hold; a SUBSCRIBE past it gets an ERROR",
+        unit="subscriptions",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
+        "maxtransactions",
+        int,
+        1000,
+        "Transactions one connection may have open; a BEGIN past it gets an ERROR",
+        unit="transactions",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+]
+
 for _group in ("P2PPrioQueue", "PubSubPrioQueue"):
     PARAMETERS += [
         Parameter(
@@ -567,6 +646,20 @@ for _group, _what in (
     _global = (16_000_000, 15_000_000) if _group == "VolQueueStoreImpl" else (4 * GB, 3_900_000_000)
     _add_watermarks(_group, "", f"one destination of {_what}", "that destination")
     _add_watermarks(_group, "global", _what, "its domain", *_global)
+PARAMETERS.append(
+    Parameter(
+        "DestinationManager",
+        "idletimetolive",
+        float,
+        60.0,
+        "A destination with no messages, no consumers and no durable subscriptions that "
+        "has delivered nothing for this long is removed (checked every that long); it is "
+        "created again when next used",
+        unit="s",
+        minimum=0.1,
+        maximum=86400.0,
+    )
+)
 _add_watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
 _add_watermarks(
     "DestinationManager",

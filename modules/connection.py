@@ -11,17 +11,20 @@ comes after everything the client sent before it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
+from wiremq.config.groups import ClientBounds
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.egress import Egress
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.egress_queues import Policy
+from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
@@ -62,6 +65,7 @@ WINDOW_MESSAGES = ("consumerQueueEntriesSize", "activemq.prefetchSize", "prefetc
 WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
 
 Failure: TypeAlias = ProtocolError | Refused
+CONTROL_BACKLOG = "control queue full"  # why a client that does not read is not read
 
 
 class ReadControl(Protocol):
@@ -83,6 +87,9 @@ class ConnectionServices:
     transactions: TransactionManager
     persistence: Persistence | None
     clients: set[ClientConnection]
+    addresses: Counter[str]  # connections open per client address
+    unfinished: UnfinishedFrames
+    bounds: ClientBounds
 
 
 class ClientConnection:
@@ -98,14 +105,20 @@ class ClientConnection:
     ) -> None:
         self.services = services
         self.egress = egress
+        egress.throttle = self
         self.peer = peer
+        self.address = peer.rpartition(":")[0]  # the host of "host:port"
         self.reader = reader
         self.session = StompSession(services.session, services.ids.session(), now)
+        self._connect_deadline = services.runtime.call_later(
+            services.bounds.connecttimeout, self._connect_overdue
+        )
         self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
         self.client_id = ""
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[str, Subscription] = {}  # by the number in 1.2 ack values
         self._numbers = 0
+        self._blocking = 0  # subscriptions whose policy is not discard-oldest
         self.inflight = 0  # this client's work still in progress
         self._on_idle: Callable[[], None] | None = None
         # SENDs read and not yet submitted: consecutive ones of one domain go down its
@@ -115,6 +128,7 @@ class ClientConnection:
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
         services.clients.add(self)
+        services.addresses[self.address] += 1
 
     # -- input ---------------------------------------------------------------------------
 
@@ -161,6 +175,24 @@ class ClientConnection:
                 self._hold(events[index + 1 :])
                 return
         self._submit()
+        self.services.unfinished.held(self, self.session.decoder.buffered)
+        self._check_connect_size()
+
+    def _check_connect_size(self) -> None:
+        """Until CONNECT is read, a client may only make the server hold a little."""
+        session = self.session
+        limit = self.services.bounds.maxconnectsize
+        if session.version is None and session.decoder.buffered > limit:
+            self.fail(
+                ProtocolError(
+                    "connect frame too large", f"a CONNECT frame may take at most {limit} bytes"
+                )
+            )
+
+    def _connect_overdue(self) -> None:
+        if self.session.version is None:
+            deadline = self.services.bounds.connecttimeout
+            self.fail(ProtocolError("connect timeout", f"no CONNECT within {deadline:g} s"))
 
     def _hold(self, events: list[Request]) -> None:
         """Hold ``events`` (and whatever is read meanwhile) until the client's work in
@@ -268,9 +300,16 @@ class ClientConnection:
         """The socket closed: end everything this client had."""
         self.session.closed = True
         self.session.reading = False
+        self._connect_deadline.cancel()
         self.closing()
-        self.services.destinations.forget_producer(self)
-        self.services.clients.discard(self)
+        services = self.services
+        services.destinations.forget_producer(self)
+        services.unfinished.forget(self)
+        if self in services.clients:
+            services.clients.discard(self)
+            services.addresses[self.address] -= 1
+            if not services.addresses[self.address]:
+                del services.addresses[self.address]
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
 
     def drop(self, failure: Failure) -> None:
@@ -291,6 +330,8 @@ class ClientConnection:
     # -- requests ------------------------------------------------------------------------
 
     def _connect(self, event: Connect) -> None:
+        self._connect_deadline.cancel()
+        self._check_room()
         self.client_id = event.headers.get("client-id", "")
         log.info(
             "client.connected",
@@ -300,6 +341,22 @@ class ClientConnection:
             client_id=self.client_id or None,
         )
         self.egress.push(self.session.send(Connected()))
+
+    def _check_room(self) -> None:
+        """Refuse a client over the limits on connections, in all and from its address."""
+        services = self.services
+        bounds = services.bounds
+        if len(services.clients) > bounds.maxconnections:
+            raise Refused(
+                "too many connections",
+                f"the server takes at most {bounds.maxconnections} connections at once",
+            )
+        if services.addresses[self.address] > bounds.maxconnectionsperaddress:
+            raise Refused(
+                "too many connections",
+                f"the server takes at most {bounds.maxconnectionsperaddress} connections at "
+                f"once from one address ({self.address})",
+            )
 
     def _disconnect(self, event: Disconnect) -> None:
         """Read nothing more; the receipt follows once earlier frames are done."""
@@ -314,6 +371,11 @@ class ClientConnection:
         if event.sub_id in self.subscriptions:
             raise ProtocolError(
                 "duplicate subscription", f"subscription id {event.sub_id!r} is already in use"
+            )
+        limit = self.services.bounds.maxsubscriptions
+        if len(self.subscriptions) >= limit:
+            raise Refused(
+                "too many subscriptions", f"a connection may hold {limit} subscriptions at once"
             )
         target = self.services.destinations.resolve(event.destination)
         durable_key = self._durable_key(event, target)
@@ -341,7 +403,7 @@ class ClientConnection:
             assert self.services.persistence is not None
             self.services.persistence.active[durable_key] = subscription
         target.subscribe(subscription)
-        self._set_egress_policy()
+        self._policy_changed(subscription, 1)
         if durable_key is None:
             self._receipt(event)
             return
@@ -364,11 +426,14 @@ class ClientConnection:
 
         self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
 
-    def _set_egress_policy(self) -> None:
+    def _policy_changed(self, subscription: Subscription, added: int) -> None:
         """A client whose subscriptions all discard-oldest lets its egress queues discard;
-        any other keeps every message (BLOCK): one policy per client, as in a client profile."""
-        policies = {s.policy for s in self.subscriptions.values()}
-        discard = policies == {"discard-oldest"}
+        any other keeps every message (BLOCK): one policy per client, as in a client profile.
+        Counted as subscriptions come and go (``added`` 1 or -1), so that neither costs
+        more for a client that holds many."""
+        if subscription.policy != "discard-oldest":
+            self._blocking += added
+        discard = self.subscriptions and not self._blocking
         self.egress.queues.policy = Policy.DISCARD_OLDEST if discard else Policy.BLOCK
 
     def _durable_key(self, event: Subscribe, target: Destination) -> SubscriptionKey | None:
@@ -429,7 +494,7 @@ class ClientConnection:
             self.services.persistence.active.pop(subscription.durable_key, None)
         unwritten = subscription.end()
         subscription.destination.unsubscribe(subscription, unwritten)
-        self._set_egress_policy()
+        self._policy_changed(subscription, -1)
 
     # -- acknowledgements ----------------------------------------------------------------
 
@@ -553,6 +618,13 @@ class ClientConnection:
         if not self.stops:
             self.session.reading_stopped(False, self.services.runtime.monotonic())
             self.reader.resume()
+
+    def control_full(self) -> None:
+        """The client does not read its RECEIPTs: read nothing more until it does."""
+        self.stop_reading(CONTROL_BACKLOG)
+
+    def control_drained(self) -> None:
+        self.start_reading(CONTROL_BACKLOG)
 
     def tick(self, now: float) -> float | None:
         """Heart-beats: send one if due, fail a silent client; when to tick again."""

@@ -8,9 +8,11 @@ them all.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import structlog
 
-from wiremq.config.groups import ListenerSettings, SpoolSettings
+from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
 from wiremq.modules.catalog import build_chain
@@ -22,6 +24,7 @@ from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import Expiry
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.spool import Spool
+from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
@@ -78,7 +81,8 @@ class Core:
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
-        self.transactions = TransactionManager()
+        bounds = ClientBounds.read(settings, "StompListener")
+        self.transactions = TransactionManager(bounds.maxtransactions)
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
@@ -93,6 +97,9 @@ class Core:
             self.transactions,
             self.persistence,
             self.clients,
+            Counter(),
+            UnfinishedFrames(bounds.maxunfinishedbytes),
+            bounds,
         )
 
     def module_context(self, domain: str) -> ModuleContext:
@@ -138,6 +145,8 @@ class Core:
             "queues": [q.state() for q in self.destinations.queues.values()],
             "topics": [t.state() for t in self.destinations.topics.values()],
             "clients": [c.state() for c in self.clients],
+            "unfinished_frame_bytes": self.connection_services.unfinished.total,
+            "unfinished_frame_bytes_peak": self.connection_services.unfinished.peak,
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,

@@ -73,7 +73,9 @@ class Destination(ABC):
         self.name = name
         self.services = services
         self.policy = DestinationPolicy.for_destination(services.settings, name)
-        self.consumers: list[Subscription] = []
+        # Insertion-ordered, so that adding and removing one costs the same however many
+        # there are.
+        self.consumers: dict[Subscription, None] = {}
         self.producers: set[Producer] = set()
         # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
         self.fail_when_full = self.policy.whenfull == "fail"
@@ -84,6 +86,9 @@ class Destination(ABC):
             if not (self.fail_when_full and g is store_gate)
         ]
         self.store_watermark: Watermark | None = None  # its persistent store's, if any
+        self.own: list[Watermark] = []  # its own watermarks, whether they stop or not
+        self.last_dispatch = services.runtime.monotonic()
+        self.removed = False  # taken out of the registry: a new one of its name may exist
 
     def own_watermark(
         self, kind: str, group: str, prefix: str = "", stops: bool = True
@@ -95,6 +100,7 @@ class Destination(ABC):
             return None
         producers: Callable[[], set[Producer]] = (lambda: self.producers) if stops else set
         watermark = Watermark(f"{kind} {self.name}", limits, producers)
+        self.own.append(watermark)
         if stops:
             self.gates.append(watermark)
         return watermark
@@ -112,7 +118,25 @@ class Destination(ABC):
             gate.forget(producer)
 
     def subscribe(self, subscription: Subscription) -> None:
-        self.consumers.append(subscription)
+        self.consumers[subscription] = None
+
+    def unused(self) -> bool:
+        """Whether nothing would be lost by removing it: no consumers, nothing counted in
+        its own watermarks, and (``_holds_nothing``) no messages nor anything kept for it."""
+        return (
+            not self.consumers
+            and all(not w.gauge.messages and not w.gauge.bytes for w in self.own)
+            and self._holds_nothing()
+        )
+
+    @abstractmethod
+    def _holds_nothing(self) -> bool:
+        """No message waits here and the store keeps nothing for it."""
+
+    def remove(self) -> None:
+        """It leaves the registry (``unused`` said so); a message still on its way to it
+        goes to the destination of its name made again (see the distributing module)."""
+        self.removed = True
 
     @abstractmethod
     def enqueue(self, message: Message) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import structlog
 
-from wiremq.config.groups import LiveBufferSettings
+from wiremq.config.groups import IdleDestinationSettings, LiveBufferSettings
 from wiremq.modules.destination import Destination, DestinationServices, domain_of
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.watermarks import Producer, Watermark
@@ -102,6 +102,25 @@ class Destinations:
         ).qlbcleanuptimetolive
         for queue in list(self.queues.values()):
             queue.sweep_cache(now_ms, idle_for)
+
+    def sweep_idle(self) -> None:
+        """Remove the destinations nobody uses (``Destination.unused``) that have not
+        dispatched for DestinationManager.idletimetolive, so that names that come and go
+        do not grow memory; a name used again makes a new one."""
+        now = self.services.runtime.monotonic()
+        idle_for = IdleDestinationSettings.read(
+            self.services.settings, "DestinationManager"
+        ).idletimetolive
+        removed = 0
+        registry: dict[str, Queue] | dict[str, Topic]
+        for registry in (self.queues, self.topics):
+            for name, destination in list(registry.items()):
+                if now - destination.last_dispatch >= idle_for and destination.unused():
+                    del registry[name]
+                    destination.remove()
+                    removed += 1
+        if removed:
+            log.info("destinations.removed", count=removed)
 
     def sweep_topic_buffers(self) -> None:
         """The topic live buffers' cleanup (tlbcleanupinterval)."""

@@ -2,7 +2,9 @@
 
 Each message is enqueued at its destination (a queue keeps it for one
 consumer, a topic hands it to every subscriber), then every destination the
-batch touched dispatches once.
+batch touched dispatches once. A destination removed for being unused while
+a message was on its way to it (waiting for its commit, or held in a
+transaction) is made again from the message's destination name.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ class DistributingModule(PipelineModule):
         for message in batch:
             target = message.target
             assert target is not None
+            if target.removed:
+                target = message.target = self.context.destinations.resolve(target.name)
             target.enqueue(message)
             touched[target] = None
         for destination in touched:

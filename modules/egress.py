@@ -34,6 +34,18 @@ class EgressWriter(Protocol):
     def drain(self, egress: Egress) -> None: ...
 
 
+class ControlThrottle(Protocol):
+    """Who stops reading a client whose control frames pile up (its connection): every
+    request may ask for a RECEIPT, so a client that does not read them is not read either,
+    as Twisted's HTTPChannel stops reading requests whose responses are not read."""
+
+    def control_full(self) -> None:
+        """The control queue passed its depth."""
+
+    def control_drained(self) -> None:
+        """The control queue is empty again."""
+
+
 class Outbox:
     """Egresses with frames to write, and work to run once they are written.
 
@@ -86,6 +98,8 @@ class Egress:
         "close_requested",
         "last_frame",
         "abort",
+        "throttle",
+        "_throttled",
     )
 
     def __init__(self, outbox: Outbox, limits: tuple[QueueLimits, ...]) -> None:
@@ -97,14 +111,20 @@ class Egress:
         self.close_requested = False  # close the connection once everything is written
         self.last_frame = b""  # written after everything else, just before closing (an ERROR)
         self.abort = False  # close without waiting for a client that does not read
+        self.throttle: ControlThrottle | None = None
+        self._throttled = False  # the throttle was told the control queue is full
 
     def push(self, data: bytes) -> None:
         """Queue one encoded control frame."""
-        self.queues.enqueue(CONTROL, data, b"")
+        queues = self.queues
+        queues.enqueue(CONTROL, data, b"")
         self.active = True
         if not self.queued:
             self.queued = True
             self.outbox.ready.append(self)
+        if not self._throttled and not queues.ready(CONTROL) and self.throttle is not None:
+            self._throttled = True
+            self.throttle.control_full()
 
     def push_message(
         self, queue: int, head: bytes, tail: bytes, owner: object, message: object
@@ -130,6 +150,10 @@ class Egress:
             append(entry.tail)
             if entry.owner is not None:
                 entry.owner.written(entry)  # type: ignore[attr-defined]
+        if self._throttled and not self.queues.holds(CONTROL):
+            self._throttled = False
+            assert self.throttle is not None
+            self.throttle.control_drained()
         return parts
 
     def take(self) -> list[bytes]:

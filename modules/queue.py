@@ -11,7 +11,7 @@ order they reached the queue; within one mode, always in order.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Collection
 
 import structlog
@@ -46,9 +46,9 @@ class Queue(Destination):
         self.given_back: set[int] = set()
         self.given_back_upto = 0
         self.reading_backlog = False
-        self.last_dispatch = services.runtime.monotonic()
         self._arrivals = 0
-        self._next = 0  # round-robin position among consumers
+        # In round-robin order: each consumer offered a message moves to the end.
+        self.consumers: OrderedDict[Subscription, None] = OrderedDict()
         self.volatile = services.flow.volatile
         self.own_volatile = self.own_watermark("VolQueueStore", "VolQueueStoreImpl")
         self.store_watermark = self.own_watermark(
@@ -136,7 +136,7 @@ class Queue(Destination):
             self._count_volatile()
             return
         runtime = self.services.runtime
-        turn = self._next
+        rotate = consumers.move_to_end
         now_ms = 0
         expired: list[Message] = []
         message = self._peek()
@@ -149,8 +149,8 @@ class Queue(Destination):
                     message = self._peek()
                     continue
             for _ in range(count):
-                consumer = consumers[turn % count]
-                turn += 1
+                consumer = next(iter(consumers))
+                rotate(consumer)  # offered a message: its turn is over
                 if consumer.ready_for(message):
                     break
                 consumer.waiting = True
@@ -159,7 +159,6 @@ class Queue(Destination):
             self._take(message)
             consumer.deliver(message)
             message = self._peek()
-        self._next = turn % count
         self._count_volatile()
         self.last_dispatch = runtime.monotonic()
         if expired:
@@ -171,10 +170,24 @@ class Queue(Destination):
         super().subscribe(subscription)
         self.dispatch()
 
+    def _holds_nothing(self) -> bool:
+        persistence = self.persistence
+        return (
+            not self.fifo
+            and not self.cache
+            and self.backlog_after is None
+            and not self.reading_backlog
+            and (persistence is None or not persistence.store.count(self.name)[0])
+        )
+
+    def remove(self) -> None:
+        super().remove()
+        self.services.volatile.drop(self.name)
+
     def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:
         """What the consumer held goes back to the front: every unacknowledged message in
         a client mode, what was never written to it in auto mode (the rest is taken)."""
-        self.consumers.remove(subscription)
+        del self.consumers[subscription]
         if subscription.unacked is None:
             held = sorted(unwritten, key=lambda m: m.arrival)
         else:

@@ -74,6 +74,7 @@ class Topic(Destination):
         queued meanwhile are written is checked then (``_disconnect_lagging``), so
         that a burst larger than its window does not count against it.
         """
+        self.last_dispatch = self.services.runtime.monotonic()
         for subscription in self.consumers:
             self._pump(subscription)
         end = self.first + len(self.buffer)
@@ -133,9 +134,11 @@ class Topic(Destination):
             subscription.cursor += 1
 
     def _trim(self) -> None:
-        end = self.first + len(self.buffer)
-        low = min((s.cursor for s in self.consumers), default=end)
         buffer = self.buffer
+        if not buffer:  # nothing to trim: no need to look at every subscriber
+            return
+        end = self.first + len(buffer)
+        low = min((s.cursor for s in self.consumers), default=end)
         while self.first < low:
             message = buffer.popleft()
             self.first += 1
@@ -157,6 +160,11 @@ class Topic(Destination):
         if expired:
             self.services.expiry.expired(self.name, expired)
 
+    def _holds_nothing(self) -> bool:
+        """Nothing buffered, and no durable subscription keeps its messages."""
+        persistence = self.services.persistence
+        return not self.buffer and (persistence is None or not persistence.keeps(self.name))
+
     def subscribe(self, subscription: Subscription) -> None:
         subscription.cursor = self.first + len(self.buffer)  # only what comes from now on
         subscription.policy = self.policy.slowsubscriberpolicy
@@ -170,7 +178,7 @@ class Topic(Destination):
         """A durable subscriber gets what it did not acknowledge again from the store when
         it comes back; the other messages never written to it are dropped, counted and
         logged."""
-        self.consumers.remove(subscription)
+        del self.consumers[subscription]
         subscription.take_unacked()
         durable = subscription.durable_key is not None
         if durable:

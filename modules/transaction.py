@@ -66,12 +66,16 @@ class Transaction:
 class TransactionManager:
     """Open transactions of every connection, and the transaction module of each pipeline."""
 
-    def __init__(self) -> None:
-        self._open: dict[tuple[TransactionOwner, str], Transaction] = {}
+    def __init__(self, per_connection: int) -> None:
+        """``per_connection``: transactions one connection may have open at once."""
+        self.per_connection = per_connection
+        # Per connection, so that its transactions are counted and dropped without
+        # looking at anyone else's.
+        self._open: dict[TransactionOwner, dict[str, Transaction]] = {}
         self.modules: dict[str, TransactionModule] = {}  # domains whose chain has one
 
     def _require(self, owner: TransactionOwner, name: str) -> Transaction:
-        transaction = self._open.get((owner, name))
+        transaction = self._open.get(owner, {}).get(name)
         if transaction is None:
             raise Refused(
                 "unknown transaction", f"transaction {name!r} was not begun on this connection"
@@ -92,9 +96,19 @@ class TransactionManager:
             raise Refused(
                 "transactions disabled", "no pipeline has a transaction module (see config.xml)"
             )
-        if (owner, name) in self._open:
+        mine = self._open.setdefault(owner, {})
+        if name in mine:
             raise Refused("transaction already begun", f"transaction {name!r} is already open")
-        self._open[(owner, name)] = Transaction(name, owner)
+        if len(mine) >= self.per_connection:
+            raise Refused(
+                "too many transactions",
+                f"a connection may have {self.per_connection} transactions open at once",
+            )
+        mine[name] = Transaction(name, owner)
+
+    def count(self, owner: TransactionOwner) -> int:
+        """Transactions ``owner`` has open."""
+        return len(self._open.get(owner, ()))
 
     def hold(self, owner: TransactionOwner, name: str, message: Message) -> None:
         self._require(owner, name).messages.append(message)
@@ -105,7 +119,10 @@ class TransactionManager:
     def take(self, owner: TransactionOwner, name: str) -> Transaction:
         """End a transaction for COMMIT: what it holds is the caller's now."""
         transaction = self._require(owner, name)
-        del self._open[(owner, name)]
+        mine = self._open[owner]
+        del mine[name]
+        if not mine:
+            del self._open[owner]
         return transaction
 
     def abort(self, owner: TransactionOwner, name: str) -> None:
@@ -113,8 +130,7 @@ class TransactionManager:
 
     def abort_all(self, owner: TransactionOwner) -> None:
         """Drop every open transaction of a connection that went away."""
-        for key in [k for k in self._open if k[0] is owner]:
-            del self._open[key]
+        self._open.pop(owner, None)
 
     def resume(self, domain: str, batch: Batch) -> None:
         """Committed messages continue down their pipeline after its transaction module."""

@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IListeningPort
 from wiremq.config.groups import (
     CleanupIntervalSettings,
     EgressSettings,
+    IdleDestinationSettings,
     ListenerSettings,
     LiveBufferSettings,
     ServerSettings,
@@ -133,6 +134,11 @@ class WiremqServer:
                 runtime,
                 lambda: LiveBufferSettings.read(settings, "DestinationManager").tlbcleanupinterval,
                 destinations.sweep_topic_buffers,
+            ),
+            Periodic(
+                runtime,
+                lambda: IdleDestinationSettings.read(settings, "DestinationManager").idletimetolive,
+                destinations.sweep_idle,
             ),
             Periodic(
                 runtime,

@@ -34,6 +34,7 @@ class StompProtocol(Protocol):
         server = self.server
         transport = cast(tcp.Server, self.transport)
         transport.setTcpNoDelay(True)
+        transport.setTcpKeepAlive(True)  # a peer gone without a word is noticed
         peer = cast(IPv4Address, transport.getPeer())
         self.egress = Egress(server.outbox, server.egress_limits)
         self.writer = SocketWriter(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wiremq.config.groups import EgressSettings, StoreSettings, WalSettings
+from wiremq.config.groups import ClientBounds, EgressSettings, StoreSettings, WalSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.modules.egress import Egress, Outbox
@@ -16,6 +16,7 @@ LIMITS = DecoderLimits(
     SETTINGS.get_int("StompListener", "maxheaders"),
     SETTINGS.get_int("StompListener", "maxheaderlength"),
 )
+BOUNDS = ClientBounds.read(SETTINGS, "StompListener")
 EGRESS_LIMITS: tuple[QueueLimits, ...] = queue_limits(EgressSettings.read(SETTINGS, "ClientEgress"))
 
 

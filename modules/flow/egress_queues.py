@@ -260,6 +260,10 @@ class EgressQueues:
         """Messages discarded since the last message written (the pending indication)."""
         return self._discarded
 
+    def holds(self, queue: int) -> bool:
+        """Whether ``queue`` holds any entry."""
+        return bool(self._nonempty & (1 << queue))
+
     def has_room(self, queue: int, nbytes: int) -> bool:
         """Would ``queue`` admit a frame of ``nbytes`` without being full?"""
         q = self._queues[queue]

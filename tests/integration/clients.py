@@ -102,8 +102,11 @@ def fill(port: int, destination: str, bodies: Sequence[str], **headers: str) -> 
 class RawClient:
     """STOMP over a plain socket, for what stomp.py will not send: bad frames, odd headers."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    def __init__(self, port: int, source: str = "127.0.0.1") -> None:
+        """``source``: the local address to connect from (any of 127.0.0.0/8)."""
+        self.sock = socket.create_connection(
+            ("127.0.0.1", port), timeout=TIMEOUT, source_address=(source, 0)
+        )
         self.decoder = FrameDecoder(LIMITS)
         self.decoder.version = "1.2"  # until CONNECTED says otherwise
         self.frames: list[Frame] = []

@@ -107,6 +107,7 @@ def test_typed_settings_have_no_defaults_and_name_registry_parameters(cls):
 READ_AS = {  # each typed settings object with the groups (and prefixes) it is read from
     groups.ServerSettings: [("Server", "")],
     groups.ListenerSettings: [("StompListener", "")],
+    groups.ClientBounds: [("StompListener", "")],
     groups.BufferSettings: [("P2PPrioQueue", ""), ("PubSubPrioQueue", "")],
     groups.StoreBufferSettings: [("P2PStore", ""), ("PubSubStore", "")],
     groups.StoreSettings: [("PersQueueFileStore", ""), ("TopicFileStore", "")],
@@ -114,6 +115,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.WalSettings: [("WriteAheadLog", "")],
     groups.ReplaySettings: [("TopicFileStore", "")],
     groups.LiveBufferSettings: [("DestinationManager", "")],
+    groups.IdleDestinationSettings: [("DestinationManager", "")],
     groups.WatermarkLimits: [
         ("VolQueueStoreImpl", ""),
         ("VolQueueStoreImpl", "global"),

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.defaults import BOUNDS
 from wiremq.modules.errors import Refused
 from wiremq.modules.transaction import TransactionManager
 
@@ -10,7 +11,7 @@ ALICE, BOB = object(), object()
 
 @pytest.fixture
 def manager():
-    manager = TransactionManager()
+    manager = TransactionManager(BOUNDS.maxtransactions)
     manager.modules["p2p"] = object()  # a pipeline with a transaction module
     return manager
 
@@ -78,7 +79,7 @@ def test_beginning_twice_is_refused(manager):
 
 def test_begin_is_refused_when_no_domain_has_transactions():
     with pytest.raises(Refused, match="transactions disabled"):
-        TransactionManager().begin(ALICE, "t1")
+        TransactionManager(BOUNDS.maxtransactions).begin(ALICE, "t1")
 
 
 def test_work_in_a_domain_without_transactions_is_refused(manager):
