@@ -137,8 +137,10 @@ class ReplayManager:
         if subscription not in self._positions:
             self._finish(subscription)
             return
+        assert self.persistence is not None and subscription.durable_key is not None
+        acked = self.persistence.acked_beyond.get(subscription.durable_key, ())
         self._pending[subscription] = deque(
-            Message.from_stored(stored, seq) for seq, stored in batch.messages
+            Message.from_stored(stored, seq) for seq, stored in batch.messages if seq not in acked
         )
         if batch.expired and self.settings.expiryonreplay and self.expiry is not None:
             self.expiry.expired_stored([((topic.name, seq), m) for seq, m in batch.expired])

@@ -138,6 +138,9 @@ class Persistence:
         )
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
+        # Stored messages durable subscribers acknowledged past their stored position (an
+        # older one is still unacknowledged): their replays skip them while the server runs.
+        self.acked_beyond: dict[SubscriptionKey, set[int]] = {}
         self.durable_topics: Counter[str] = Counter()  # topics with durable subscriptions
         live = LiveBufferSettings.read(settings, "DestinationManager")
         self.cache_bytes = 0  # persistent queue messages held in memory, all queues
@@ -200,6 +203,8 @@ class Persistence:
         def registered(result: Committed) -> None:
             info, created = result.subscriptions[0]
             previous = self.durables.get(key)
+            if previous != info.topic or created:
+                self.acked_beyond.pop(key, None)  # positions of another log, or of the past
             if previous != info.topic:
                 if previous is not None:
                     self.durable_topics[previous] -= 1
@@ -217,6 +222,7 @@ class Persistence:
         topic = self.durables.get(key)
 
         def removed(result: Committed) -> None:
+            self.acked_beyond.pop(key, None)
             if self.durables.pop(key, None) is not None:
                 self.durable_topics[topic or ""] -= 1
             done(topic)

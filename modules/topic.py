@@ -199,7 +199,9 @@ class Topic(Destination):
         """Move a durable subscriber's stored position past what it has acknowledged.
 
         The position is just before its oldest stored message still unacknowledged,
-        so that nothing unacknowledged is skipped when it comes back.
+        so that nothing unacknowledged is skipped when it comes back; the stored
+        messages acknowledged past it are remembered (in memory: ``Persistence.
+        acked_beyond``), so that its replays skip them while the server runs.
         """
         key = subscription.durable_key
         if key is None:
@@ -209,9 +211,18 @@ class Topic(Destination):
             oldest = next((m.store_seq for m in subscription.unacked.values() if m.store_seq), 0)
             if oldest:
                 position = oldest - 1
+        persistence = self.services.persistence
+        assert persistence is not None
+        beyond = persistence.acked_beyond
+        past = [m.store_seq for m in messages if m.store_seq > position]
+        if past:
+            beyond.setdefault(key, set()).update(past)
         if position <= subscription.acked_position:
             return NOTHING
         subscription.acked_position = position
+        kept = beyond.get(key)
+        if kept:
+            beyond[key] = {seq for seq in kept if seq > position}
         return StoreTransaction(acknowledgements=((key, position),))
 
     def rejected(
