@@ -533,7 +533,7 @@ class ClientConnection:
     def store_acknowledgement(self, changes: StoreTransaction, receipt: str | None) -> None:
         """Store what acknowledgements changed; ``receipt`` is sent once it is stored."""
         persistence = self.services.persistence
-        if persistence is None or not (changes.removals or changes.acknowledgements):
+        if persistence is None or changes.empty:
             if receipt is not None:
                 self._reply(Receipt(receipt))
             return
@@ -594,6 +594,9 @@ class ClientConnection:
             StoreTransaction(
                 removals=tuple(p for c in changes for p in c.removals),
                 acknowledgements=tuple(a for c in changes for a in c.acknowledgements),
+                single_acknowledgements=tuple(
+                    a for c in changes for a in c.single_acknowledgements
+                ),
             ),
             taken,
             services.persistence,

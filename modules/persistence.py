@@ -124,17 +124,19 @@ class Persistence:
             max_bytes=1 << 62,
             max_delay=StoreBufferSettings.read(settings, "P2PStore").maxdelay / 1000,
         )
-        self.acknowledgements: GroupCommit[tuple[SubscriptionKey, int], Committed] = GroupCommit(
-            runtime,
-            lambda batch, done, failed: self.writer.commit(
-                StoreTransaction(acknowledgements=_highest(batch)), done, failed
-            ),
-            lambda batch, result: None,
-            lambda batch, error: None,
-            size=lambda item: 0,
-            max_items=replay.fastacknowledgesize,
-            max_bytes=1 << 62,
-            max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
+        # (subscription, position, single): a position to move to, or one past it
+        # acknowledged on its own.
+        self.acknowledgements: GroupCommit[tuple[SubscriptionKey, int, bool], Committed] = (
+            GroupCommit(
+                runtime,
+                lambda batch, done, failed: self.writer.commit(_durable_acks(batch), done, failed),
+                lambda batch, result: None,
+                lambda batch, error: None,
+                size=lambda item: 0,
+                max_items=replay.fastacknowledgesize,
+                max_bytes=1 << 62,
+                max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
+            )
         )
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
@@ -157,7 +159,8 @@ class Persistence:
             for (source, _), copy in transaction.moves:
                 names.update((source, copy.destination))
             names.update(topic for _, topic, _ in transaction.subscribes)
-            for key in (*transaction.unsubscribes, *(k for k, _ in transaction.acknowledgements)):
+            acknowledged = (*transaction.acknowledgements, *transaction.single_acknowledgements)
+            for key in (*transaction.unsubscribes, *(k for k, _ in acknowledged)):
                 topic = self.durables.get(key)
                 if topic is not None:
                     names.add(topic)
@@ -167,6 +170,9 @@ class Persistence:
         """The durable subscriptions the store holds (at start-up)."""
         subscriptions = self.store.subscriptions()
         self.durables = {(s.client_id, s.name): s.topic for s in subscriptions}
+        self.acked_beyond = {
+            (s.client_id, s.name): set(s.acknowledged) for s in subscriptions if s.acknowledged
+        }
         self.durable_topics = Counter(self.durables.values())
         return subscriptions
 
@@ -180,8 +186,10 @@ class Persistence:
         commits; ``done`` once it is stored."""
         for position in transaction.removals:
             self.removals.add(position)
-        for acknowledgement in transaction.acknowledgements:
-            self.acknowledgements.add(acknowledgement)
+        for key, seq in transaction.acknowledgements:
+            self.acknowledgements.add((key, seq, False))
+        for key, seq in transaction.single_acknowledgements:
+            self.acknowledgements.add((key, seq, True))
         if done is not None:
             self.removals.when_committed(lambda: self.acknowledgements.when_committed(done))
 
@@ -271,12 +279,16 @@ class Persistence:
         }
 
 
-def _highest(
-    positions: list[tuple[SubscriptionKey, int]],
-) -> tuple[tuple[SubscriptionKey, int], ...]:
-    """Each subscription's highest position of a batch (a position never moves back)."""
+def _durable_acks(batch: list[tuple[SubscriptionKey, int, bool]]) -> StoreTransaction:
+    """A batch of durable acknowledgements as one store transaction: each subscription's
+    highest position (a position never moves back) and the single ones."""
     highest: dict[SubscriptionKey, int] = {}
-    for key, seq in positions:
-        if seq > highest.get(key, 0):
+    singles = []
+    for key, seq, single in batch:
+        if single:
+            singles.append((key, seq))
+        elif seq > highest.get(key, 0):
             highest[key] = seq
-    return tuple(highest.items())
+    return StoreTransaction(
+        acknowledgements=tuple(highest.items()), single_acknowledgements=tuple(singles)
+    )

@@ -200,8 +200,8 @@ class Topic(Destination):
 
         The position is just before its oldest stored message still unacknowledged,
         so that nothing unacknowledged is skipped when it comes back; the stored
-        messages acknowledged past it are remembered (in memory: ``Persistence.
-        acked_beyond``), so that its replays skip them while the server runs.
+        messages acknowledged past it are stored as single acknowledgements and
+        remembered (``Persistence.acked_beyond``), so that its replays skip them.
         """
         key = subscription.durable_key
         if key is None:
@@ -217,13 +217,16 @@ class Topic(Destination):
         past = [m.store_seq for m in messages if m.store_seq > position]
         if past:
             beyond.setdefault(key, set()).update(past)
+        singles = tuple((key, seq) for seq in past)
         if position <= subscription.acked_position:
-            return NOTHING
+            return StoreTransaction(single_acknowledgements=singles) if singles else NOTHING
         subscription.acked_position = position
         kept = beyond.get(key)
         if kept:
             beyond[key] = {seq for seq in kept if seq > position}
-        return StoreTransaction(acknowledgements=((key, position),))
+        return StoreTransaction(
+            acknowledgements=((key, position),), single_acknowledgements=singles
+        )
 
     def rejected(
         self, subscription: Subscription, messages: list[Message], requeue: bool

@@ -230,9 +230,9 @@ class Unit:
             appends=tuple(m.to_stored(self.now_ms) for m in to_store),
             removals=self.changes.removals,
             acknowledgements=self.changes.acknowledgements,
+            single_acknowledgements=self.changes.single_acknowledgements,
         )
-        empty = not (transaction.appends or transaction.removals or transaction.acknowledgements)
-        if self.persistence is None or empty:
+        if self.persistence is None or transaction.empty:
             self._stored(to_store, Committed(positions=(0,) * len(to_store)))
             return
         self.persistence.commit(

@@ -47,6 +47,11 @@ class StoreTransaction:
       held a message, so that a message acknowledged meanwhile is not moved.
     - ``acknowledgements``: durable subscriptions' acknowledged positions; a
       position never moves back, and an unknown subscription is skipped.
+    - ``single_acknowledgements``: stored messages a durable subscription
+      acknowledged one by one past its position (an older one is still
+      unacknowledged); they are kept with the subscription (its
+      ``SubscriptionInfo.acknowledged``) until its position passes them, so
+      that its replays can skip them, also after a restart.
     - ``subscribes``: durable subscriptions to create or resume: (key, topic,
       selector). A new one starts at its topic's current end; resuming with
       another topic or selector replaces it and drops its backlog (JMS).
@@ -56,7 +61,7 @@ class StoreTransaction:
     Subscription changes apply first, subscribes before unsubscribes (so
     that an append in the same transaction is kept for a subscription it
     creates), then appends, removals, moves (so a removal of the same position
-    wins) and acknowledgements.
+    wins), acknowledgements and single acknowledgements.
     """
 
     appends: tuple[StoredMessage, ...] = ()
@@ -65,6 +70,20 @@ class StoreTransaction:
     subscribes: tuple[tuple[SubscriptionKey, str, str], ...] = ()
     unsubscribes: tuple[SubscriptionKey, ...] = ()
     moves: tuple[tuple[Position, StoredMessage], ...] = ()
+    single_acknowledgements: tuple[tuple[SubscriptionKey, int], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether it changes nothing."""
+        return not (
+            self.appends
+            or self.removals
+            or self.acknowledgements
+            or self.subscribes
+            or self.unsubscribes
+            or self.moves
+            or self.single_acknowledgements
+        )
 
 
 @dataclass(frozen=True, slots=True)

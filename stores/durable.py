@@ -27,16 +27,23 @@ class SubscriptionInfo:
     topic: str
     selector: str
     acked_seq: int
+    acknowledged: frozenset[int] = frozenset()  # positions past acked_seq acknowledged singly
 
 
 class Subscription(Persistent):
+    # Positions past acked_seq acknowledged one by one (a class default for subscriptions
+    # stored before there were any).
+    acknowledged: frozenset[int] = frozenset()
+
     def __init__(self, topic: str, selector: str, acked_seq: int) -> None:
         self.topic = topic
         self.selector = selector
         self.acked_seq = acked_seq
 
     def info(self, key: SubscriptionKey) -> SubscriptionInfo:
-        return SubscriptionInfo(key[0], key[1], self.topic, self.selector, self.acked_seq)
+        return SubscriptionInfo(
+            key[0], key[1], self.topic, self.selector, self.acked_seq, self.acknowledged
+        )
 
 
 class DurableLogSet(LogSet):
@@ -69,6 +76,14 @@ class DurableLogSet(LogSet):
         sub: Subscription = self.subscriptions[key]
         if upto > sub.acked_seq:
             sub.acked_seq = upto
+            if sub.acknowledged:
+                sub.acknowledged = frozenset(s for s in sub.acknowledged if s > upto)
+
+    def acknowledge_single(self, key: SubscriptionKey, seq: int) -> None:
+        """Keep one position past a subscription's own as acknowledged."""
+        sub: Subscription = self.subscriptions[key]
+        if seq > sub.acked_seq:
+            sub.acknowledged = sub.acknowledged | {seq}
 
     def collect_upto(self, topic: str, upto: int) -> int:
         """Remove every message of ``topic`` at or below ``upto``; returns how many."""

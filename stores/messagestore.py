@@ -188,7 +188,9 @@ class WalStore:
                     state.load_log(name, message_log.last_seq, message_log.blocks.items())
                 if isinstance(root, DurableLogSet):
                     for key, sub in root.subscriptions.items():
-                        state.load_subscription(key, sub.topic, sub.selector, sub.acked_seq)
+                        state.load_subscription(
+                            key, sub.topic, sub.selector, sub.acked_seq, sub.acknowledged
+                        )
         state.loaded()
         log.info(
             "wal.opened",

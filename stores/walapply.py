@@ -17,7 +17,17 @@ from collections.abc import Iterable
 from .durable import DurableLogSet
 from .model import LogSet
 from .records import StoredMessage
-from .walops import ACKNOWLEDGE, APPEND, CLEAR, COLLECT, REMOVE, SUBSCRIBE, UNSUBSCRIBE, Op
+from .walops import (
+    ACKNOWLEDGE,
+    ACKNOWLEDGE_SINGLE,
+    APPEND,
+    CLEAR,
+    COLLECT,
+    REMOVE,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    Op,
+)
 
 
 class Applier:
@@ -55,6 +65,8 @@ class Applier:
                 self._topics().drop_subscription((op[1], op[2]))
             elif code == ACKNOWLEDGE:
                 self._topics().acknowledge((op[1], op[2]), op[3])
+            elif code == ACKNOWLEDGE_SINGLE:
+                self._topics().acknowledge_single((op[1], op[2]), op[3])
             else:
                 raise ValueError(f"unknown write-ahead log operation {code!r}")
 

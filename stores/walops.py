@@ -22,7 +22,9 @@ order they were decided, each a tuple that starts with its code:
   subscription created at position ``acked_seq``.
 - ``(UNSUBSCRIBE, client_id, name)``: a durable subscription forgotten.
 - ``(ACKNOWLEDGE, client_id, name, seq)``: a durable subscription's position
-  moved forward to ``seq``.
+  moved forward to ``seq`` (the single acknowledgements it passes are dropped).
+- ``(ACKNOWLEDGE_SINGLE, client_id, name, seq)``: the message at ``seq``, past
+  the subscription's position, acknowledged on its own.
 
 Operations on ``/queue/`` destinations go to the queue store, all others to
 the topic store.
@@ -42,6 +44,7 @@ CLEAR = 3
 SUBSCRIBE = 4
 UNSUBSCRIBE = 5
 ACKNOWLEDGE = 6
+ACKNOWLEDGE_SINGLE = 7
 
 Op = tuple[Any, ...]
 

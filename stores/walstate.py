@@ -27,7 +27,17 @@ from .durable import SubscriptionInfo, SubscriptionKey
 from .errors import StoreError
 from .model import MessageBlock
 from .records import StoredMessage
-from .walops import ACKNOWLEDGE, APPEND, CLEAR, COLLECT, REMOVE, SUBSCRIBE, UNSUBSCRIBE, Op
+from .walops import (
+    ACKNOWLEDGE,
+    ACKNOWLEDGE_SINGLE,
+    APPEND,
+    CLEAR,
+    COLLECT,
+    REMOVE,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    Op,
+)
 
 CHUNK_BITS = 8  # positions per chunk: 256
 CHUNK_MASK = (1 << CHUNK_BITS) - 1
@@ -153,6 +163,7 @@ class _Subscription:
     topic: str
     selector: str
     acked: int
+    singles: frozenset[int] = frozenset()  # positions past ``acked`` acknowledged singly
 
 
 class StoreState:
@@ -180,9 +191,14 @@ class StoreState:
         self._last_seq[destination] = last_seq
 
     def load_subscription(
-        self, key: SubscriptionKey, topic: str, selector: str, acked: int
+        self,
+        key: SubscriptionKey,
+        topic: str,
+        selector: str,
+        acked: int,
+        singles: frozenset[int] = frozenset(),
     ) -> None:
-        self._subs[key] = _Subscription(topic, selector, acked)
+        self._subs[key] = _Subscription(topic, selector, acked, singles)
         self._members.setdefault(topic, set()).add(key)
 
     def loaded(self) -> None:
@@ -243,6 +259,8 @@ class StoreState:
             }
             for topic in sorted(acknowledged):
                 self._collect(topic, ops, undo, touched)
+        for key, seq in txn.single_acknowledgements:
+            self._acknowledge_single(key, seq, ops, undo, touched)
         return Committed(positions, removed, subscriptions, moved)
 
     def publish(self, touched: Touched) -> None:
@@ -287,7 +305,7 @@ class StoreState:
             )
         old = self._subs.get(key)
         if old is not None and (old.topic, old.selector) == (topic, selector):
-            return SubscriptionInfo(key[0], key[1], topic, selector, old.acked), False
+            return self._info(key), False  # type: ignore[return-value]
         if old is not None:
             self._unsubscribe(key, ops, undo, touched)
         start = self._last_seq.get(topic, 0)
@@ -311,7 +329,9 @@ class StoreState:
         sub = self._subs.pop(key)
         topic = sub.topic
         self._members_discard(topic, key)
-        undo.append(lambda: self.load_subscription(key, topic, sub.selector, sub.acked))
+        undo.append(
+            lambda: self.load_subscription(key, topic, sub.selector, sub.acked, sub.singles)
+        )
         ops.append((UNSUBSCRIBE, key[0], key[1]))
         touched.keys.add(key)
         touched.destinations.add(topic)
@@ -374,12 +394,31 @@ class StoreState:
         upto = min(seq, self._last_seq.get(sub.topic, 0))
         if upto <= sub.acked:
             return None
-        before = sub.acked
+        before, singles = sub.acked, sub.singles
         sub.acked = upto
-        undo.append(lambda: setattr(sub, "acked", before))
+        if singles:
+            sub.singles = frozenset(s for s in singles if s > upto)
+
+        def back() -> None:
+            sub.acked, sub.singles = before, singles
+
+        undo.append(back)
         ops.append((ACKNOWLEDGE, key[0], key[1], upto))
         touched.keys.add(key)
         return sub.topic
+
+    def _acknowledge_single(
+        self, key: SubscriptionKey, seq: int, ops: list[Op], undo: Undo, touched: Touched
+    ) -> None:
+        """Keep one position past the subscription's own as acknowledged."""
+        sub = self._subs.get(key)
+        if sub is None or seq <= sub.acked or seq in sub.singles:
+            return
+        singles = sub.singles
+        sub.singles = singles | {seq}
+        undo.append(lambda: setattr(sub, "singles", singles))
+        ops.append((ACKNOWLEDGE_SINGLE, key[0], key[1], seq))
+        touched.keys.add(key)
 
     def _collect(self, topic: str, ops: list[Op], undo: Undo, touched: Touched) -> None:
         """Drop the messages of ``topic`` that every subscription has passed."""
@@ -421,5 +460,5 @@ class StoreState:
         return (
             None
             if sub is None
-            else SubscriptionInfo(key[0], key[1], sub.topic, sub.selector, sub.acked)
+            else SubscriptionInfo(key[0], key[1], sub.topic, sub.selector, sub.acked, sub.singles)
         )

@@ -11,6 +11,7 @@ import socket
 import struct
 import time
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect, fill, until
 
 LATE = 2.0  # how long "nothing more arrives" is watched
@@ -195,6 +196,28 @@ def test_a_nacked_message_left_unacknowledged_comes_back_despite_later_acks(serv
     assert back_recorder.wait_for_messages(1)[0].body == "0"
     time.sleep(LATE)
     assert back_recorder.bodies() == ["0"]  # the acknowledged "1" does not come back
+
+
+def test_messages_acknowledged_past_an_unacknowledged_one_stay_acknowledged_across_a_restart(
+    reactor, start_server
+):
+    headers = {"activemq.subscriptionName": "d"}
+    server = start_server()
+    subscriber, recorder = connect(server.port, **{"client-id": "restarter"})
+    _subscribed(subscriber, recorder, "/topic/ackgap", "d", "client-individual", **headers)
+    fill(server.port, "/topic/ackgap", [str(i) for i in range(5)], persistent="true")
+    messages = recorder.wait_for_messages(5)
+    for message in messages[1:4]:  # "0" and "4" stay unacknowledged
+        subscriber.ack(message.headers["ack"], receipt=f"a{message.body}")
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 4)  # the SUBSCRIBE's too
+    subscriber.disconnect()
+    call_in_reactor(reactor, server.stop)
+    server = start_server()
+    back, back_recorder = connect(server.port, **{"client-id": "restarter"})
+    _subscribed(back, back_recorder, "/topic/ackgap", "d", "client-individual", **headers)
+    back_recorder.wait_for_messages(2)
+    time.sleep(LATE)
+    assert back_recorder.bodies() == ["0", "4"]
 
 
 def test_nack_on_a_durable_subscription_is_not_lost_when_the_subscriber_leaves(server):

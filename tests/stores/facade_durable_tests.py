@@ -82,6 +82,29 @@ class FacadeDurableTests:
         store = wal.crash()
         assert stored_ids(store, T) == ["m2"] and store.count(T)[0] == 1
 
+    def test_single_acknowledgements_past_the_position_are_kept_until_it_passes_them(
+        self, wal: WalStores
+    ) -> None:
+        store = wal.open()
+        key = ("c1", "s1")
+        subscribe(store, key)
+        publish(store, "m0", "m1", "m2", "m3")
+        commit(store, single_acknowledgements=((key, 2), (key, 4), (("gone", "x"), 3)))
+        commit(store, single_acknowledgements=((key, 0),))  # at or below the position: nothing
+        (info,) = store.subscriptions()
+        assert (info.acked_seq, info.acknowledged) == (0, frozenset({2, 4}))
+        store = wal.crash()  # from the log alone
+        assert store.subscriptions()[0].acknowledged == frozenset({2, 4})
+        store.catch_up(10.0)
+        store = wal.crash()  # from ZODB
+        assert store.subscriptions()[0].acknowledged == frozenset({2, 4})
+        commit(store, acknowledgements=((key, 2),))
+        assert store.subscriptions()[0].acknowledged == frozenset({4})  # passed: dropped
+        store.catch_up(10.0)
+        store = wal.crash()
+        (info,) = store.subscriptions()
+        assert (info.acked_seq, info.acknowledged) == (2, frozenset({4}))
+
     def test_acknowledging_never_moves_a_position_back(self, wal: WalStores) -> None:
         store = wal.open()
         subscribe(store, ("c1", "s1"))
