@@ -87,6 +87,7 @@ class Subscription:
         "delivered",
         "client",
         "ended",
+        "written_order",
     )
 
     def __init__(
@@ -110,6 +111,10 @@ class Subscription:
         self.head = subscription_head(sub_id, version)
         # Delivered and not yet acknowledged, in delivery order; None in auto mode.
         self.unacked: dict[str, Message] | None = None if ack_mode == "auto" else {}
+        # Client (cumulative) mode: the unacknowledged ones written, in the order written.
+        # The egress queues write by priority, not in delivery order, and a cumulative ACK
+        # covers what the client received before it.
+        self.written_order: dict[str, None] | None = {} if ack_mode == "client" else None
         self.ack_suffix = ack_suffix(number) if version == "1.2" and ack_mode != "auto" else None
         self.durable_key = durable_key  # (client id, name) of a durable topic subscription
         self.replaying = durable_key is not None  # catching up from the store first
@@ -201,7 +206,9 @@ class Subscription:
         """The writer put a delivery on the socket. In auto mode that frees its window
         slot and acknowledges it: a delivery never written (the client went away first)
         is not acknowledged, so a stored one is delivered again."""
-        if self.unacked is None:
+        if self.written_order is not None:
+            self.written_order[entry.item.message_id] = None  # type: ignore[attr-defined]
+        elif self.unacked is None:
             message = entry.item
             assert isinstance(message, Message)
             self.inflight_messages -= 1
@@ -219,6 +226,8 @@ class Subscription:
         if self.unacked is not None:
             if self.unacked.pop(message.message_id, None) is None:
                 return
+            if self.written_order is not None:
+                self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
@@ -238,20 +247,26 @@ class Subscription:
     # -- acknowledgement -------------------------------------------------------------------
 
     def take_acknowledged(self, message_id: str) -> list[Message]:
-        """Remove what an ACK/NACK of ``message_id`` covers (client mode: all up to it).
+        """Remove what an ACK/NACK of ``message_id`` covers (client mode: all written up to
+        it, in the order written).
 
         The caller has checked that ``message_id`` is awaiting acknowledgement.
         """
         unacked = self.unacked
         assert unacked is not None
-        if self.ack_mode == "client-individual":
+        order = self.written_order
+        if order is None or message_id not in order:
             messages = [unacked.pop(message_id)]
+            if order is not None:
+                order.pop(message_id, None)
         else:
             covered = []
-            for key in unacked:
+            for key in order:
                 covered.append(key)
                 if key == message_id:
                     break
+            for key in covered:
+                del order[key]
             messages = [unacked.pop(key) for key in covered]
         self._release(messages)
         return messages
@@ -262,6 +277,8 @@ class Subscription:
             return []
         messages = list(self.unacked.values())
         self.unacked.clear()
+        if self.written_order is not None:
+            self.written_order.clear()
         self._release(messages)
         return messages
 
