@@ -193,14 +193,14 @@ class Subscription:
         self.egress.push_message(message.egress_queue, head, tail, self, message)
 
     def redeliver(self, messages: list[Message]) -> None:
-        """Deliver NACKed messages again; they wait for acknowledgement ahead of the later
-        ones, as before (a durable subscriber's position stops before the oldest)."""
+        """Deliver NACKed messages again; they wait for acknowledgement in their place in the
+        store order, as before (a durable subscriber's position stops before the oldest
+        stored one unacknowledged: the first in ``unacked``)."""
         for message in messages:
             self.deliver(message)
         unacked = self.unacked
         if unacked is not None:
-            again = {m.message_id: unacked.pop(m.message_id) for m in messages}
-            self.unacked = again | unacked
+            self.unacked = dict(sorted(unacked.items(), key=lambda item: item[1].store_seq))
 
     def written(self, entry: Entry) -> None:
         """The writer put a delivery on the socket. In auto mode that frees its window

@@ -220,6 +220,26 @@ def test_messages_acknowledged_past_an_unacknowledged_one_stay_acknowledged_acro
     assert back_recorder.bodies() == ["0", "4"]
 
 
+def test_two_nacked_messages_left_unacknowledged_both_come_back(server):
+    headers = {"activemq.subscriptionName": "d"}
+    subscriber, recorder = connect(server.port, **{"client-id": "twice"})
+    _subscribed(subscriber, recorder, "/topic/nacktwice", "d", "client-individual", **headers)
+    fill(server.port, "/topic/nacktwice", ["0", "1", "2"], persistent="true")
+    first, second, third = recorder.wait_for_messages(3)
+    subscriber.nack(first.headers["ack"])
+    recorder.wait_for_messages(4)
+    subscriber.nack(second.headers["ack"])  # redelivered after "0"'s copy
+    recorder.wait_for_messages(5)
+    subscriber.ack(third.headers["ack"], receipt="a")  # "0" and "1" left unacknowledged
+    assert recorder.wait_until(lambda: "a" in recorder.receipts)
+    subscriber.disconnect()
+    back, back_recorder = connect(server.port, **{"client-id": "twice"})
+    _subscribed(back, back_recorder, "/topic/nacktwice", "d", "client-individual", **headers)
+    back_recorder.wait_for_messages(2)
+    time.sleep(LATE)
+    assert back_recorder.bodies() == ["0", "1"]
+
+
 def test_nack_on_a_durable_subscription_is_not_lost_when_the_subscriber_leaves(server):
     subscriber, recorder = connect(server.port, **{"client-id": "leaver"})
     headers = {"activemq.subscriptionName": "d"}
