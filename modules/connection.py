@@ -558,10 +558,17 @@ class ClientConnection:
             if subscription.unacked is not None and event.message_id in subscription.unacked:
                 return subscription
         command = "NACK" if event.nack else "ACK"
+        where = "on this connection"
+        if self.session.version == "1.1" and event.subscription is not None:
+            where = f"on subscription {event.subscription[:200]!r}"
+            if any(
+                s.unacked is not None and event.message_id in s.unacked
+                for s in self.subscriptions.values()
+            ):
+                where += " (it awaits acknowledgement on another subscription)"
         raise ProtocolError(
             "unknown message",
-            f"{command} of {event.message_id!r}: no such message awaits acknowledgement "
-            "on this connection",
+            f"{command} of {event.message_id!r}: no such message awaits acknowledgement {where}",
         )
 
     # -- transactions --------------------------------------------------------------------

@@ -455,3 +455,17 @@ def test_a_cumulative_ack_covers_what_was_written_before_it_whatever_the_egress_
     _subscribed(again, again_recorder, "/queue/cumulative", "d")
     time.sleep(LATE)
     assert again_recorder.bodies() == []
+
+
+def test_an_ack_naming_the_wrong_subscription_says_so(server):
+    client = RawClient(server.port)
+    client.connect("1.1")
+    _raw_subscribed(client, "/queue/wrongsub", "client-individual")
+    fill(server.port, "/queue/wrongsub", ["0"])
+    message = client.next_frame()
+    message_id = message.headers["message-id"]
+    client.send(f"ACK\nsubscription:other\nmessage-id:{message_id}\nreceipt:r\n\n\0".encode())
+    error = client.next_frame()
+    assert error.command == "ERROR" and error.headers["receipt-id"] == "r"
+    assert "on subscription 'other'" in error.body.decode()
+    assert "awaits acknowledgement on another subscription" in error.body.decode()
