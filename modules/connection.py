@@ -598,13 +598,7 @@ class ClientConnection:
             event.transaction,
             event.headers.get("receipt"),
             transaction.messages,
-            StoreTransaction(
-                removals=tuple(p for c in changes for p in c.removals),
-                acknowledgements=tuple(a for c in changes for a in c.acknowledgements),
-                single_acknowledgements=tuple(
-                    a for c in changes for a in c.single_acknowledgements
-                ),
-            ),
+            StoreTransaction.merged(changes),
             taken,
             services.persistence,
             services.runtime.now_ms(),

@@ -141,7 +141,8 @@ class Persistence:
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
         # Stored messages durable subscribers acknowledged past their stored position (an
-        # older one is still unacknowledged): their replays skip them while the server runs.
+        # older one is still unacknowledged), as the store keeps them (single
+        # acknowledgements) and with those not yet committed: their replays skip them.
         self.acked_beyond: dict[SubscriptionKey, set[int]] = {}
         self.durable_topics: Counter[str] = Counter()  # topics with durable subscriptions
         live = LiveBufferSettings.read(settings, "DestinationManager")

@@ -193,13 +193,13 @@ class Subscription:
         self.egress.push_message(message.egress_queue, head, tail, self, message)
 
     def redeliver(self, messages: list[Message]) -> None:
-        """Deliver NACKed messages again; they wait for acknowledgement in their place in the
-        store order, as before (a durable subscriber's position stops before the oldest
+        """Deliver NACKed messages again. A durable subscriber's wait for acknowledgement in
+        their place in the store order, as before (its position stops before the oldest
         stored one unacknowledged: the first in ``unacked``)."""
         for message in messages:
             self.deliver(message)
         unacked = self.unacked
-        if unacked is not None:
+        if unacked is not None and self.durable_key is not None:
             self.unacked = dict(sorted(unacked.items(), key=lambda item: item[1].store_seq))
 
     def written(self, entry: Entry) -> None:

@@ -23,7 +23,7 @@ applied.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -226,11 +226,8 @@ class Unit:
             self._roll_back(self.failure)
             return
         to_store = [m for m, _, store in self._arrived if store]
-        transaction = StoreTransaction(
-            appends=tuple(m.to_stored(self.now_ms) for m in to_store),
-            removals=self.changes.removals,
-            acknowledgements=self.changes.acknowledgements,
-            single_acknowledgements=self.changes.single_acknowledgements,
+        transaction = replace(
+            self.changes, appends=tuple(m.to_stored(self.now_ms) for m in to_store)
         )
         if self.persistence is None or transaction.empty:
             self._stored(to_store, Committed(positions=(0,) * len(to_store)))

@@ -19,7 +19,7 @@ thread. Reads see every transaction whose ``commit`` has returned.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from .durable import SubscriptionInfo, SubscriptionKey
@@ -71,6 +71,13 @@ class StoreTransaction:
     unsubscribes: tuple[SubscriptionKey, ...] = ()
     moves: tuple[tuple[Position, StoredMessage], ...] = ()
     single_acknowledgements: tuple[tuple[SubscriptionKey, int], ...] = ()
+
+    @classmethod
+    def merged(cls, parts: Sequence[StoreTransaction]) -> StoreTransaction:
+        """One transaction that makes every change of ``parts``, in their order."""
+        return cls(
+            *(tuple(item for part in parts for item in getattr(part, f.name)) for f in fields(cls))
+        )
 
     @property
     def empty(self) -> bool:

@@ -24,6 +24,21 @@ def _subscribed(connection, recorder, destination, sub_id="1", ack="auto", **hea
     assert recorder.wait_until(lambda: f"s-{sub_id}" in recorder.receipts)
 
 
+def _durable(port: int, client_id: str, topic: str):
+    """A client-individual durable subscriber of ``topic`` (client id, subscription "d"),
+    subscribed (its receipt came), with its recorder."""
+    connection, recorder = connect(port, **{"client-id": client_id})
+    _subscribed(
+        connection,
+        recorder,
+        topic,
+        "d",
+        "client-individual",
+        **{"activemq.subscriptionName": "d"},
+    )
+    return connection, recorder
+
+
 def _raw_subscribed(client: RawClient, destination: str, ack: str, **headers: str) -> None:
     extra = "".join(f"{k}:{v}\n" for k, v in headers.items())
     client.send(
@@ -149,15 +164,7 @@ def test_unsubscribing_takes_back_what_was_not_yet_written_to_the_consumer(serve
 
 
 def test_nack_on_a_durable_subscription_redelivers_then_acknowledges(server):
-    subscriber, recorder = connect(server.port, **{"client-id": "nacker"})
-    _subscribed(
-        subscriber,
-        recorder,
-        "/topic/nacked",
-        "d",
-        "client-individual",
-        **{"activemq.subscriptionName": "d"},
-    )
+    subscriber, recorder = _durable(server.port, "nacker", "/topic/nacked")
     fill(server.port, "/topic/nacked", ["0", "1"], persistent="true")
     first, second = recorder.wait_for_messages(2)
     subscriber.nack(first.headers["ack"], receipt="n")
@@ -167,23 +174,13 @@ def test_nack_on_a_durable_subscription_redelivers_then_acknowledges(server):
     subscriber.ack(second.headers["ack"], receipt="a")
     assert recorder.wait_until(lambda: "a" in recorder.receipts)
     subscriber.disconnect()
-    back, back_recorder = connect(server.port, **{"client-id": "nacker"})
-    _subscribed(
-        back,
-        back_recorder,
-        "/topic/nacked",
-        "d",
-        "client-individual",
-        **{"activemq.subscriptionName": "d"},
-    )
+    back, back_recorder = _durable(server.port, "nacker", "/topic/nacked")
     time.sleep(LATE)
     assert back_recorder.messages == []  # both acknowledged: nothing comes back
 
 
 def test_a_nacked_message_left_unacknowledged_comes_back_despite_later_acks(server):
-    headers = {"activemq.subscriptionName": "d"}
-    subscriber, recorder = connect(server.port, **{"client-id": "later"})
-    _subscribed(subscriber, recorder, "/topic/nacklater", "d", "client-individual", **headers)
+    subscriber, recorder = _durable(server.port, "later", "/topic/nacklater")
     fill(server.port, "/topic/nacklater", ["0", "1"], persistent="true")
     first, second = recorder.wait_for_messages(2)
     subscriber.nack(first.headers["ack"])
@@ -191,8 +188,7 @@ def test_a_nacked_message_left_unacknowledged_comes_back_despite_later_acks(serv
     subscriber.ack(second.headers["ack"], receipt="a")  # a later message acknowledged
     assert recorder.wait_until(lambda: "a" in recorder.receipts)
     subscriber.disconnect()
-    back, back_recorder = connect(server.port, **{"client-id": "later"})
-    _subscribed(back, back_recorder, "/topic/nacklater", "d", "client-individual", **headers)
+    back, back_recorder = _durable(server.port, "later", "/topic/nacklater")
     assert back_recorder.wait_for_messages(1)[0].body == "0"
     time.sleep(LATE)
     assert back_recorder.bodies() == ["0"]  # the acknowledged "1" does not come back
@@ -201,10 +197,8 @@ def test_a_nacked_message_left_unacknowledged_comes_back_despite_later_acks(serv
 def test_messages_acknowledged_past_an_unacknowledged_one_stay_acknowledged_across_a_restart(
     reactor, start_server
 ):
-    headers = {"activemq.subscriptionName": "d"}
     server = start_server()
-    subscriber, recorder = connect(server.port, **{"client-id": "restarter"})
-    _subscribed(subscriber, recorder, "/topic/ackgap", "d", "client-individual", **headers)
+    subscriber, recorder = _durable(server.port, "restarter", "/topic/ackgap")
     fill(server.port, "/topic/ackgap", [str(i) for i in range(5)], persistent="true")
     messages = recorder.wait_for_messages(5)
     for message in messages[1:4]:  # "0" and "4" stay unacknowledged
@@ -213,17 +207,14 @@ def test_messages_acknowledged_past_an_unacknowledged_one_stay_acknowledged_acro
     subscriber.disconnect()
     call_in_reactor(reactor, server.stop)
     server = start_server()
-    back, back_recorder = connect(server.port, **{"client-id": "restarter"})
-    _subscribed(back, back_recorder, "/topic/ackgap", "d", "client-individual", **headers)
+    back, back_recorder = _durable(server.port, "restarter", "/topic/ackgap")
     back_recorder.wait_for_messages(2)
     time.sleep(LATE)
     assert back_recorder.bodies() == ["0", "4"]
 
 
 def test_two_nacked_messages_left_unacknowledged_both_come_back(server):
-    headers = {"activemq.subscriptionName": "d"}
-    subscriber, recorder = connect(server.port, **{"client-id": "twice"})
-    _subscribed(subscriber, recorder, "/topic/nacktwice", "d", "client-individual", **headers)
+    subscriber, recorder = _durable(server.port, "twice", "/topic/nacktwice")
     fill(server.port, "/topic/nacktwice", ["0", "1", "2"], persistent="true")
     first, second, third = recorder.wait_for_messages(3)
     subscriber.nack(first.headers["ack"])
@@ -233,22 +224,18 @@ def test_two_nacked_messages_left_unacknowledged_both_come_back(server):
     subscriber.ack(third.headers["ack"], receipt="a")  # "0" and "1" left unacknowledged
     assert recorder.wait_until(lambda: "a" in recorder.receipts)
     subscriber.disconnect()
-    back, back_recorder = connect(server.port, **{"client-id": "twice"})
-    _subscribed(back, back_recorder, "/topic/nacktwice", "d", "client-individual", **headers)
+    back, back_recorder = _durable(server.port, "twice", "/topic/nacktwice")
     back_recorder.wait_for_messages(2)
     time.sleep(LATE)
     assert back_recorder.bodies() == ["0", "1"]
 
 
 def test_nack_on_a_durable_subscription_is_not_lost_when_the_subscriber_leaves(server):
-    subscriber, recorder = connect(server.port, **{"client-id": "leaver"})
-    headers = {"activemq.subscriptionName": "d"}
-    _subscribed(subscriber, recorder, "/topic/nackleave", "d", "client-individual", **headers)
+    subscriber, recorder = _durable(server.port, "leaver", "/topic/nackleave")
     fill(server.port, "/topic/nackleave", ["0"], persistent="true")
     first = recorder.wait_for_messages(1)[0]
     subscriber.disconnect()
-    back, back_recorder = connect(server.port, **{"client-id": "leaver"})
-    _subscribed(back, back_recorder, "/topic/nackleave", "d", "client-individual", **headers)
+    back, back_recorder = _durable(server.port, "leaver", "/topic/nackleave")
     again = back_recorder.wait_for_messages(1)[0]
     assert again.body == first.body
     back.nack(again.headers["ack"], receipt="n")
@@ -412,19 +399,16 @@ def test_a_nul_in_a_destination_name_is_refused(server):
 
 
 def test_persistent_messages_published_after_a_durable_subscribe_receipt_are_kept(server):
-    headers = {"activemq.subscriptionName": "race"}
     for attempt in range(5):
         topic = f"/topic/race{attempt}"
-        subscriber, recorder = connect(server.port, **{"client-id": f"racer{attempt}"})
         producer, producer_recorder = connect(server.port)
-        _subscribed(subscriber, recorder, topic, "d", "client-individual", **headers)
+        subscriber, _ = _durable(server.port, f"racer{attempt}", topic)
         for i in range(20):  # at once after the receipt, from another connection
             producer.send(topic, str(i), headers={"persistent": "true"}, receipt=str(i))
         receipts = producer_recorder.receipts
         assert producer_recorder.wait_until(lambda r=receipts: len(r) == 20)
         subscriber.disconnect()
-        back, back_recorder = connect(server.port, **{"client-id": f"racer{attempt}"})
-        _subscribed(back, back_recorder, topic, "d", "client-individual", **headers)
+        back, back_recorder = _durable(server.port, f"racer{attempt}", topic)
         assert sorted(int(b) for b in (m.body for m in back_recorder.wait_for_messages(20))) == (
             list(range(20))
         )
