@@ -33,6 +33,7 @@ from wiremq.modules.connection import ClientConnection
 from wiremq.modules.core import Core
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 
 READ = 300  # frames per socket read (a 64 KiB read of 128-byte messages holds about 300)
@@ -166,6 +167,7 @@ def main() -> None:
     configure_logging("warning")
     run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack)
     run(20)  # warm-up
+    collect_less()  # as the server does
     messages = args.reads * READ
     best = float("inf")
     for _ in range(5):

@@ -9,6 +9,7 @@ it), checks the class of service and the transaction, and sets the expiry: the
 
 from __future__ import annotations
 
+from wiremq.modules.destination import Destination
 from wiremq.modules.errors import Refused
 from wiremq.modules.expiry import effective_expiry
 from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
@@ -24,9 +25,17 @@ class AdmissionModule(PipelineModule):
 
     def handle(self, batch: Batch) -> None:
         admitted = []
+        resolved: Destination | None = None  # the last destination resolved, and its name
+        name = ""
         for message in batch:
             try:
-                self._admit(message)
+                target = message.target
+                if target is None:
+                    if message.destination != name:
+                        name = message.destination
+                        resolved = self.context.destinations.resolve(name)
+                    target = message.target = resolved
+                self._admit(message, target)  # type: ignore[arg-type]
             except Refused as refusal:
                 self.context.refuse(message, refusal)
                 continue
@@ -34,10 +43,7 @@ class AdmissionModule(PipelineModule):
         if admitted:
             self.downstream.handle(admitted)
 
-    def _admit(self, message: Message) -> None:
-        target = message.target
-        if target is None:
-            target = message.target = self.context.destinations.resolve(message.destination)
+    def _admit(self, message: Message, target: Destination) -> None:
         origin = message.origin
         if origin is not None and origin not in target.producers:
             target.add_producer(origin)  # type: ignore[arg-type]

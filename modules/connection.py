@@ -148,16 +148,13 @@ class ClientConnection:
         new_message = self.services.ids.message
         for index, event in enumerate(events):
             if type(event) is Send:
-                destination = event.destination
+                destination, headers, body = event
                 domain = domain_of(destination)
                 if domain is not None:
                     if domain != self._sends_domain:
                         self._submit()
                         self._sends_domain = domain
-                    self._sends.append(
-                        Message(new_message(), destination, event.headers, event.body, self)
-                    )
-                    self.inflight += 1
+                    self._sends.append(Message(new_message(), destination, headers, body, self))
                     continue
             self._submit()
             ordered = type(event) in _ORDERED
@@ -218,13 +215,17 @@ class ClientConnection:
     def _submit(self) -> None:
         if self._sends:
             batch, self._sends = self._sends, []
+            self.inflight += len(batch)
             self.services.pipelines.submit(self._sends_domain, batch)
 
     # -- what the pipeline reports -------------------------------------------------------
 
-    def message_completed(self, message: Message) -> None:
-        """The pipeline is done with a message this client sent."""
-        self._done(message.receipt)
+    def messages_completed(self, messages: list[Message]) -> None:
+        """The pipeline is done with messages this client sent: their receipts go."""
+        for message in messages:
+            if message.receipt is not None:
+                self._reply(Receipt(message.receipt))
+        self._done(None, len(messages))
 
     def message_refused(self, message: Message, refusal: Refused) -> None:
         """The server does not take a message: the client is told which one (the ERROR
@@ -240,8 +241,9 @@ class ClientConnection:
         self.fail(refusal, unit.receipt)
         self._done(None)
 
-    def _done(self, receipt: str | None) -> None:
-        self.inflight -= 1
+    def _done(self, receipt: str | None, count: int = 1) -> None:
+        """``count`` pieces of this client's work are done; ``receipt`` is sent."""
+        self.inflight -= count
         if receipt is not None:
             self._reply(Receipt(receipt))
         if not self.inflight and self._on_idle is not None:

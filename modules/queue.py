@@ -106,64 +106,55 @@ class Queue(Destination):
 
     # -- delivery --------------------------------------------------------------------------
 
-    def _peek(self) -> Message | None:
-        """The next message to deliver: the older of the two delivery modes' heads."""
-        items = self.fifo.items
-        volatile = items[0] if items else None
-        if not self.cache:
-            return volatile
-        cached = self.cache[0]
-        if volatile is not None and volatile.arrival < cached.arrival:
-            return volatile
-        return cached
-
-    def _take(self, message: Message) -> None:
-        """Remove the message ``_peek`` returned."""
-        if self.cache and self.cache[0] is message:
-            self.cache.popleft()
-            self._cache_count(-message.size)
-        else:
-            self.fifo.pop()
-            delta = self._volatile_delta
-            delta[0] -= 1
-            delta[1] -= message.size
-
     def dispatch(self) -> None:
-        """Hand waiting messages to ready consumers, one each in turn."""
+        """Hand waiting messages to ready consumers, one each in turn: the older of the
+        two delivery modes' heads first (inlined: this runs for every message)."""
         consumers = self.consumers
         count = len(consumers)
+        fifo = self.fifo
         if not count:
             self._count_volatile()
             return
         runtime = self.services.runtime
         rotate = consumers.move_to_end
+        cache = self.cache
         now_ms = 0
+        taken = taken_bytes = 0  # non-persistent messages taken, for the watermarks
         expired: list[Message] = []
-        message = self._peek()
-        while message is not None:
-            if message.expires:
-                now_ms = now_ms or runtime.now_ms()
-                if message.expires <= now_ms:
-                    self._take(message)
-                    expired.append(message)
-                    message = self._peek()
-                    continue
-            for _ in range(count):
-                consumer = next(iter(consumers))
-                rotate(consumer)  # offered a message: its turn is over
-                if consumer.ready_for(message):
-                    break
-                consumer.waiting = True
+        while fifo or cache:
+            if not cache or (fifo and fifo[0].arrival < cache[0].arrival):
+                message, cached = fifo[0], False
             else:
-                break  # no consumer is ready: the message waits
-            self._take(message)
-            consumer.deliver(message)
-            message = self._peek()
+                message, cached = cache[0], True
+            consumer: Subscription | None = None
+            if message.expires and message.expires <= (now_ms := now_ms or runtime.now_ms()):
+                expired.append(message)
+            else:
+                for _ in range(count):
+                    consumer = next(iter(consumers))
+                    rotate(consumer)  # offered a message: its turn is over
+                    if consumer.ready_for(message):
+                        break
+                    consumer.waiting = True
+                else:
+                    break  # no consumer is ready: the message waits
+            if cached:
+                cache.popleft()
+                self._cache_count(-message.size)
+            else:
+                fifo.popleft()
+                taken += 1
+                taken_bytes += message.size
+            if consumer is not None:
+                consumer.deliver(message)
+        delta = self._volatile_delta
+        delta[0] -= taken
+        delta[1] -= taken_bytes
         self._count_volatile()
         self.last_dispatch = runtime.monotonic()
         if expired:
             self.expired(expired)
-        if self.backlog_after is not None and not self.reading_backlog and not self.cache:
+        if self.backlog_after is not None and not self.reading_backlog and not cache:
             self._read_backlog()
 
     def subscribe(self, subscription: Subscription) -> None:

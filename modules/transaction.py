@@ -275,8 +275,8 @@ class Unit:
 
     # -- MessageOrigin ----------------------------------------------------------------------
 
-    def message_completed(self, message: Message) -> None:
-        self._finished += 1
+    def messages_completed(self, messages: list[Message]) -> None:
+        self._finished += len(messages)
         if self._finished == len(self.messages):
             if self.failure is None:
                 self.owner.unit_completed(self)
@@ -295,7 +295,7 @@ class Unit:
                 f"{which} was refused after the transaction was stored: "
                 f"{refusal.detail or refusal.message}",
             )
-            self.message_completed(message)
+            self.messages_completed([message])
             return
         self.failure = self.failure or Refused(
             "transaction failed",
