@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import getpass
 import sys
 from collections.abc import Sequence
 
+from wiremq.config.groups import ServerSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, load_config, render_config
+from wiremq.modules.users import ROLES, UsersFile, UsersFileError
 
 DESCRIPTION = """\
 wiremq: a STOMP 1.0/1.1/1.2 message server with queues, topics and JMS
@@ -20,6 +23,8 @@ semantics, in the spirit of the iBus//MessageServer.
   wiremq default-config > config.xml
                                     write a config.xml with every parameter
   wiremq parameters                 list every parameter with its bounds
+  wiremq passwd NAME --role admin   add a user, or change one's password
+                                    (read from standard input)
 """
 
 
@@ -46,6 +51,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("default-config", help="print a config.xml holding every default")
     commands.add_parser("parameters", help="print the parameter reference")
+    passwd = commands.add_parser(
+        "passwd",
+        help="add a user or change a user's password or role (the users file)",
+        description=(
+            "Add a user of the admin console and of STOMP logins, or change one's "
+            "password (and role), in the users file of the data folder. The password is "
+            "read from standard input (asked twice on a terminal). A running server "
+            "sees the change at once."
+        ),
+    )
+    passwd.add_argument("name", help="the user's name")
+    passwd.add_argument("--role", choices=ROLES, help="admin, operator or viewer (new users)")
+    passwd.add_argument("--delete", action="store_true", help="remove the user instead")
+    passwd.add_argument("--data", metavar="DIR", help="data folder (Server.datadir)")
+    passwd.add_argument("--config", metavar="FILE", help="config.xml naming the data folder")
     return parser
 
 
@@ -57,7 +77,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "parameters":
         sys.stdout.write(parameter_reference())
         return 0
+    if args.command == "passwd":
+        return passwd(args)
     return serve(args)
+
+
+def passwd(args: argparse.Namespace) -> int:
+    """``wiremq passwd``: change the users file of the data folder."""
+    overrides = {"Server.datadir": args.data} if args.data is not None else {}
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        print(f"wiremq: configuration error: {error}", file=sys.stderr)
+        return 2
+    users = UsersFile(ServerSettings.read(config.settings, "Server").datadir)
+    try:
+        if args.delete:
+            if not users.delete(args.name):
+                print(f"wiremq: no user {args.name!r} in {users.path}", file=sys.stderr)
+                return 1
+            print(f"user {args.name!r} removed from {users.path}")
+            return 0
+        password = _read_password()
+        added = users.set(args.name, password, args.role)
+    except (ValueError, UsersFileError) as error:
+        print(f"wiremq: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"wiremq: {users.path}: {error.strerror}", file=sys.stderr)
+        return 1
+    print(f"user {args.name!r} {'added to' if added else 'changed in'} {users.path}")
+    return 0
+
+
+def _read_password() -> str:
+    """The password from standard input: asked twice on a terminal, else its first line."""
+    if sys.stdin.isatty():
+        first = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords differ")
+        return first
+    return sys.stdin.readline().rstrip("\r\n")
 
 
 def parameter_reference() -> str:
@@ -96,7 +156,6 @@ def serve(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
     from twisted.internet.error import CannotListenError
 
-    from wiremq.config.groups import ServerSettings
     from wiremq.modules.events import EVENTS
     from wiremq.server.app import WiremqServer
     from wiremq.server.logging import configure_logging

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.clients import connect, free_port
 from tests.relations import CASES, config_file
+from wiremq.modules.users import UsersFile
 
 WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
 
@@ -142,3 +143,24 @@ def test_default_config_is_a_valid_config_with_every_parameter(tmp_path):
         [*WIREMQ, "parameters"], capture_output=True, text=True, check=True
     ).stdout
     assert all(parameter.key in reference for parameter in REGISTRY)
+
+
+def test_passwd_adds_changes_and_removes_users_with_the_password_from_stdin(tmp_path):
+    data = tmp_path / "data"
+
+    def passwd(*args: str, password: str = "") -> subprocess.CompletedProcess[str]:
+        command = [*WIREMQ, "passwd", *args, "--data", str(data)]
+        return subprocess.run(command, input=password, capture_output=True, text=True)
+
+    added = passwd("alice", "--role", "operator", password="s3cret\n")
+    assert added.returncode == 0 and "added" in added.stdout, added.stderr
+    no_role = passwd("bob", password="pw\n")
+    assert no_role.returncode == 2 and "give its role" in no_role.stderr
+    changed = passwd("alice", password="n3w\n")
+    assert changed.returncode == 0 and "changed" in changed.stdout
+    users = UsersFile(data).load()
+    assert users["alice"].role == "operator" and users["alice"].verify("n3w")
+    assert passwd("alice", "--delete").returncode == 0
+    gone = passwd("alice", "--delete")
+    assert gone.returncode == 1 and "no user 'alice'" in gone.stderr
+    assert UsersFile(data).load() == {}
