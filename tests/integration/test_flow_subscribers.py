@@ -190,14 +190,14 @@ def test_disconnect_drops_a_subscriber_that_does_not_read_without_waiting_for_it
     slow.subscribe("/topic/d", consumerQueueEntriesSize="5")
     fast, recorder = _subscribed(server.port, "/topic/d")
     # The kernel's buffers on loopback take megabytes from a client that does not read
-    # before its window closes (2-3 MB seen): the flood must outgrow them, and then the
-    # live buffer's watermark.
-    flood = floods(server.port, "/topic/d", limit=10_000)
+    # before its window closes (2-3 MB seen): the flood (12 MB) must outgrow them, and
+    # then the live buffer's watermark.
+    flood = floods(server.port, "/topic/d", limit=3000, body=4000)
     assert until(lambda: client_state(flow_state(reactor, server), slow.session) is None), (
         "the slow subscriber is kept until it reads"
     )
-    assert flood.finish() == 10_000
-    assert [number(m.body) for m in recorder.wait_for_messages(10_000)] == list(range(10_000))
+    assert flood.finish() == 3000
+    assert [number(m.body) for m in recorder.wait_for_messages(3000)] == list(range(3000))
     assert flow_state(reactor, server)["slow_disconnects"] == 1
     assert slow.wait_closed()
     assert _after_error(slow.frames) == []
