@@ -1,4 +1,5 @@
-"""Fixtures the flow-control tests share (``test_flow_control``, ``test_flow_subscribers``)."""
+"""Fixtures the integration tests share: flow control's (``test_flow_control``,
+``test_flow_subscribers``) and the console's (``console.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.console import console, console_of  # noqa: F401  (fixtures)
 from tests.integration.test_flow_control import Flood, closing_after, recording_events
 
 

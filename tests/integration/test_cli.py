@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.clients import connect, free_port
+from tests.integration.console import Api
 from tests.relations import CASES, config_file
 from wiremq.modules.users import UsersFile
 
@@ -43,10 +44,11 @@ def test_help_explains_the_commands():
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_serve_runs_until_a_signal_and_stops_cleanly(tmp_path, stop):
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     data = tmp_path / "data"
     process = subprocess.Popen(
-        [*WIREMQ, "serve", "--port", str(port), "--data", str(data)],
+        [*WIREMQ, "serve", "--port", str(port), "--data", str(data)]
+        + ["--admin-port", str(admin_port)],
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -56,6 +58,9 @@ def test_serve_runs_until_a_signal_and_stops_cleanly(tmp_path, stop):
         connection.subscribe("/queue/cli", id="1")
         connection.send("/queue/cli", "through a real process")
         assert recorder.wait_for_messages(1)[0].body == "through a real process"
+        overview = Api(admin_port).get("/api/overview")
+        assert overview["server"]["stomp_port"] == port
+        assert overview["totals"]["received"] == 1
         process.send_signal(stop)
         assert process.wait(timeout=15) == 0
         assert recorder.wait_until(lambda: recorder.disconnected)
@@ -71,7 +76,10 @@ def test_a_config_error_names_file_line_parameter_and_range(tmp_path):
     config = tmp_path / "config.xml"
     config.write_text('<wiremq>\n  <StompListener\n    port="70000"/>\n</wiremq>\n')
     result = subprocess.run(
-        [*WIREMQ, "serve", "--config", str(config)], capture_output=True, text=True, timeout=30
+        [*WIREMQ, "serve", "--config", str(config), "--admin-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert f"{config}:2: StompListener.port" in result.stderr
@@ -83,7 +91,8 @@ def test_a_config_error_names_file_line_parameter_and_range(tmp_path):
 def test_serve_refuses_a_broken_rule_between_two_parameters(tmp_path, case):
     config = config_file(tmp_path, case.lines)
     result = subprocess.run(
-        [*WIREMQ, "serve", "--config", str(config), "--port", "0", "--data", str(tmp_path)],
+        [*WIREMQ, "serve", "--config", str(config), "--port", "0", "--data", str(tmp_path)]
+        + ["--admin-port", "0"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -97,7 +106,7 @@ def test_serve_refuses_a_broken_rule_between_two_parameters(tmp_path, case):
 
 def test_serve_refuses_a_broken_rule_given_with_set(tmp_path):
     result = subprocess.run(
-        [*WIREMQ, "serve", "--port", "0", "--data", str(tmp_path)]
+        [*WIREMQ, "serve", "--port", "0", "--data", str(tmp_path), "--admin-port", "0"]
         + ["--set", "SlowSubscriber.warnshare=0.95"],
         capture_output=True,
         text=True,
@@ -116,7 +125,7 @@ def test_a_busy_port_is_reported_without_a_traceback(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [*WIREMQ, "serve", "--port", str(port), "--data", str(tmp_path)],
+            [*WIREMQ, "serve", "--port", str(port), "--data", str(tmp_path), "--admin-port", "0"],
             capture_output=True,
             text=True,
             timeout=30,
