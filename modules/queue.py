@@ -261,7 +261,8 @@ class Queue(Destination):
         self._read_back += len(kept)
         expired = self._not_handed_out(batch.expired)
         if expired and self.reading.expiryonread:
-            self.services.expiry.expired_stored(expired)
+            name = self.name
+            self.services.expiry.expired_stored([((name, seq), m) for seq, m in expired])
         if batch.last_seq >= self.given_back_upto:
             self.given_back.clear()  # read past them all (any not met left the store)
         # A message committed and left in the store while the read ran may be after what

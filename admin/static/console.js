@@ -57,6 +57,11 @@ function pick(object, path) {
   return value;
 }
 
+// The page's parameter as a row: {"name": "/queue/x"} on #/destination//queue/x.
+function pageRow() {
+  return state.page.param ? { [state.page.param]: state.page.value } : {};
+}
+
 // "{name}" from the row (or "{page.name}" from the page's parameter), percent-encoded in URLs.
 function fill(template, row, encode) {
   return template.replace(/\{([\w.-]+)\}/g, (_, key) => {
@@ -99,6 +104,7 @@ const FORMATS = {
   percent100: (v) => Number(v).toFixed(1) + " %",
   yesno: (v) => el("span", { class: v ? "yes" : "no" }, v ? "yes" : "no"),
   flag: (v) => (v ? "yes" : ""),
+  bool: (v) => (v ? "yes" : "no"),
   tripped: (v) => (v ? el("span", { class: "tripped" }, "stopped") : "no"),
   list: (v) => (v && v.length ? v.join(", ") : "—"),
   pair: (v) => v.map((x) => (x === -1 ? "off" : FORMATS.count(x))).join(" / "),
@@ -162,7 +168,7 @@ const SECTIONS = {
     const kind = name.startsWith("/queue/") ? "queue" : "topic";
     return el("div", { class: "actions" }, section.actions
       .filter((a) => allowed(a.role) && (!a.kind || a.kind === kind))
-      .map((a) => actionButton(a, {})));
+      .map((a) => actionButton(a, pageRow())));
   },
 
   chart(section, data, node) {
@@ -216,7 +222,7 @@ function summary(result) {
 async function chartBox(section, node) {
   const box = node || el("div", { class: "chart" });
   const query = section.destination
-    ? "?destination=" + encodeURIComponent(fill(section.destination, {}, false)) : "";
+    ? "?destination=" + encodeURIComponent(fill(section.destination, pageRow(), false)) : "";
   const history = await api("GET", "/api/history" + query);
   const series = section.series.filter((name) => history.series[name]);
   box.replaceChildren(
@@ -402,7 +408,7 @@ async function show() {
     if (!allowed(section.role)) continue;
     if (section.kind && !(value || "").startsWith("/" + section.kind + "/")) continue;
     const node = el("section", { "data-section": section.type, "data-title": section.title || "" },
-      section.title ? el("h2", {}, fill(section.title, {}, false)) : null,
+      section.title ? el("h2", {}, fill(section.title, pageRow(), false)) : null,
       el("div", { class: "content" }));
     main.append(node);
     state.sections.push({ section, node });
@@ -424,7 +430,7 @@ async function refresh(all) {
     try {
       let data = null;
       if (section.source) {
-        const url = fill(section.source, {}, true);
+        const url = fill(section.source, pageRow(), true);
         data = cache[url] = cache[url] || (await api("GET", url));
       }
       const draw = SECTIONS[section.type];

@@ -9,13 +9,25 @@ from typing import Any
 import pytest
 
 from tests.integration.console import console, console_of  # noqa: F401  (fixtures)
-from tests.integration.test_flow_control import Flood, closing_after, recording_events
+from tests.integration.test_flow_control import (
+    Flood,
+    SlowClient,
+    closing_after,
+    recording_events,
+)
 
 
 @pytest.fixture
 def floods() -> Iterator[Callable[..., Flood]]:
     """``floods(port, destination, ...)``: a publisher thread, closed after the test."""
     yield from closing_after(Flood)
+
+
+@pytest.fixture
+def slow_clients() -> Iterator[Callable[[int], SlowClient]]:
+    """``slow_clients(port)``: a SlowClient, closed after the test (a server cannot stop
+    while a client does not read what it was sent)."""
+    yield from closing_after(SlowClient)
 
 
 @pytest.fixture

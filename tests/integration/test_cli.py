@@ -14,6 +14,7 @@ import pytest
 from tests.integration.clients import connect, free_port
 from tests.integration.console import Api
 from tests.relations import CASES, config_file
+from wiremq.config.xmlconfig import load_config
 from wiremq.modules.users import UsersFile
 
 WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
@@ -173,3 +174,122 @@ def test_passwd_adds_changes_and_removes_users_with_the_password_from_stdin(tmp_
     gone = passwd("alice", "--delete")
     assert gone.returncode == 1 and "no user 'alice'" in gone.stderr
     assert UsersFile(data).load() == {}
+
+
+def test_the_log_level_changes_while_the_server_runs(tmp_path):
+    port, admin_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [*WIREMQ, "serve", "--port", str(port), "--data", str(tmp_path)]
+        + ["--admin-port", str(admin_port)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(port, process)
+        api = Api(admin_port).with_csrf()
+        sessions = []
+        for level in ("info", "warning", "info"):
+            api.set_parameter("Server.loglevel", level)
+            connection, _ = connect(port)
+            sessions.append(connection.get_listener("recorder"))
+            connection.disconnect()
+        events = [
+            e["session"]
+            for e in api.get("/api/events?limit=1000")["events"]
+            if e["event"] == "client.connected"
+        ]
+        assert len(events) == 3, "the event stream keeps every event, whatever the level"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    written = stderr.decode()
+    shown = [session for session in events if f"session={session}" in written]
+    assert shown == [events[0], events[2]], "the second client connected at level warning"
+
+
+def test_config_check_names_every_problem_and_passes_a_good_file(tmp_path):
+    bad = tmp_path / "bad.xml"
+    bad.write_text(
+        "<wiremq>\n"
+        '  <StompListener port="70000" maxheaders="many"/>\n'
+        '  <P2PStore maxdelay="5" colour="red"/>\n'
+        '  <VolQueueStoreImpl globalbytelowwatermark="20000000"/>\n'
+        "</wiremq>\n"
+    )
+    result = subprocess.run([*WIREMQ, "config", "check", str(bad)], capture_output=True, text=True)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"{bad}:2: StompListener.port: 70000 is out of range: expected a whole number from 0 "
+        "to 65535",
+        f"{bad}:2: StompListener.maxheaders: 'many' is not valid: expected a whole number from "
+        "1 to 100000",
+        f"{bad}:3: P2PStore.colour: unknown parameter; known parameters: maxdelay, "
+        "maxdelayedmessagesnumber, maxdelayedmessagessize",
+        f"{bad}:4: VolQueueStoreImpl.globalbytelowwatermark: 20000000 is above "
+        "VolQueueStoreImpl.globalbytehighwatermark (16000000); a watermark stops producers at "
+        "its high and starts them again at its low",
+    ]
+    pipeline = tmp_path / "pipeline.xml"
+    pipeline.write_text(
+        '<wiremq>\n<Pipeline domain="p2p">\n<module name="storage"/>\n</Pipeline>\n</wiremq>\n'
+    )
+    result = subprocess.run(
+        [*WIREMQ, "config", "check", str(pipeline)], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "needs the 'admission' module" in result.stderr
+    good = tmp_path / "good.xml"
+    good.write_text('<wiremq><StompListener port="1234"/></wiremq>\n')
+    result = subprocess.run([*WIREMQ, "config", "check", str(good)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == f"{good}: valid\n"
+
+
+def test_config_show_prints_every_value_with_its_unit_and_marks_what_differs(tmp_path):
+    config = tmp_path / "config.xml"
+    config.write_text('<wiremq><P2PStore maxdelay="9"/></wiremq>\n')
+    result = subprocess.run(
+        [*WIREMQ, "config", "show", "--config", str(config), "--set", "StompListener.port=7"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert f"({config} and the command line)" in lines[0]
+    assert "* maxdelay                 = 9 ms   (default 5)" in lines
+    assert "* port                     = 7   (default 61613)" in lines
+    assert any(line.startswith("  maxdelayedmessagessize   = 131072 bytes") for line in lines)
+    assert "[Pipeline p2p] admission > transaction > prioqueue > storage > distributing" in lines
+
+
+def test_the_wizard_writes_the_manuals_allocation_with_its_reasons(tmp_path):
+    output = tmp_path / "config.xml"
+    output.write_text('<wiremq>\n  <!-- mine -->\n  <StompListener port="7000"/>\n</wiremq>\n')
+    result = subprocess.run(
+        [*WIREMQ, "wizard", "--output", str(output)], capture_output=True, text=True, check=True
+    )
+    printed = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[:-1]}
+    assert printed["VolQueueStoreImpl.globalbytehighwatermark"] == "16000000"
+    assert printed["QueueThreadPool.maxthreads"] == "4"
+    assert "never fewer than 4" in result.stdout
+    assert "not a parameter of this server" in result.stdout  # e.g. MemWatch, until it exists
+    settings = load_config(output).settings
+    assert settings.get("StompListener", "port") == 7000, "its other settings are kept"
+    assert settings.get("P2PPrioQueue", "maxnumbytes") == 262144
+    assert "<!-- mine -->" in output.read_text()
+    assert output.with_name("config.xml.bak").read_text().count("StompListener") == 1
+    larger = subprocess.run(
+        [*WIREMQ, "wizard", "--heap", "1024", "--dry-run", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    values = {line.split()[0]: line.split()[1] for line in larger.stdout.splitlines()}
+    assert values["VolQueueStoreImpl.globalbytehighwatermark"] == "64000000"
+    bad = subprocess.run(
+        [*WIREMQ, "wizard", "--threads", "30", "--connections", "20"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "must be more than the connections plus 20" in bad.stderr
