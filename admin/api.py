@@ -49,31 +49,11 @@ VALUE_BODY = {
     "required": ["value"],
     "properties": {"value": {"description": "the new value (a JSON number, boolean or string)"}},
 }
+WIZARD_FIELDS = [f.name for f in fields(WizardInputs)]
 WIZARD_BODY = {
     "type": "object",
-    "required": [
-        "heap_mb",
-        "topics",
-        "queues",
-        "topic_message_bytes",
-        "queue_message_bytes",
-        "message_rate",
-        "connections",
-        "threads",
-    ],
-    "properties": {
-        name: {"type": "integer", "minimum": 0}
-        for name in (
-            "heap_mb",
-            "topics",
-            "queues",
-            "topic_message_bytes",
-            "queue_message_bytes",
-            "message_rate",
-            "connections",
-            "threads",
-        )
-    },
+    "required": WIZARD_FIELDS,
+    "properties": {name: {"type": "integer", "minimum": 0} for name in WIZARD_FIELDS},
 }
 
 
@@ -726,7 +706,7 @@ def _value(body: Any) -> Any:
 
 
 def _wizard_inputs(body: Any) -> WizardInputs:
-    required = WIZARD_BODY["required"]
+    required = WIZARD_FIELDS
     if not isinstance(body, dict):
         raise HttpError(400, "the body must be an object with " + ", ".join(required))
     missing = [name for name in required if name not in body]

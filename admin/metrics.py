@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wiremq.modules.history import at
+
 State = Mapping[str, Any]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -25,60 +27,49 @@ class Metric:
     read: Callable[[Any], Any]  # the value, or None when the state lacks it
 
 
-def _get(*path: str) -> Callable[[Any], Any]:
-    def read(state: Any) -> Any:
-        for key in path:
-            if not isinstance(state, Mapping) or key not in state:
-                return None
-            state = state[key]
-        return state
-
-    return read
-
-
 SERVER_METRICS = (
     Metric(
         "wiremq_messages_received_total",
         "counter",
         "Messages the destinations received",
-        _get("totals", "received"),
+        at("totals", "received"),
     ),
     Metric(
         "wiremq_messages_delivered_total",
         "counter",
         "Deliveries to consumers (a redelivery counts again)",
-        _get("totals", "delivered"),
+        at("totals", "delivered"),
     ),
-    Metric("wiremq_connections", "gauge", "Client connections open", _get("totals", "connections")),
-    Metric("wiremq_queues", "gauge", "Queues", _get("totals", "queues")),
-    Metric("wiremq_topics", "gauge", "Topics", _get("totals", "topics")),
+    Metric("wiremq_connections", "gauge", "Client connections open", at("totals", "connections")),
+    Metric("wiremq_queues", "gauge", "Queues", at("totals", "queues")),
+    Metric("wiremq_topics", "gauge", "Topics", at("totals", "topics")),
     Metric(
         "wiremq_resident_memory_bytes",
         "gauge",
         "Resident memory of the server process",
-        _get("memory", "rss_bytes"),
+        at("memory", "rss_bytes"),
     ),
     Metric(
-        "wiremq_uptime_seconds", "gauge", "Time since the server started", _get("server", "uptime")
+        "wiremq_uptime_seconds", "gauge", "Time since the server started", at("server", "uptime")
     ),
-    Metric("wiremq_transactions_open", "gauge", "Open transactions", _get("transactions", "open")),
+    Metric("wiremq_transactions_open", "gauge", "Open transactions", at("transactions", "open")),
     Metric(
         "wiremq_transaction_held_messages",
         "gauge",
         "Messages held in open transactions",
-        _get("transactions", "messages"),
+        at("transactions", "messages"),
     ),
     Metric(
         "wiremq_transaction_held_bytes",
         "gauge",
         "Bytes of messages held in open transactions",
-        _get("transactions", "bytes"),
+        at("transactions", "bytes"),
     ),
     Metric(
         "wiremq_delivered_unacked_messages",
         "gauge",
         "Messages delivered to client-acknowledging consumers and not yet acknowledged",
-        _get("delivered_unacked"),
+        at("delivered_unacked"),
     ),
     Metric(
         "wiremq_egress_load_ratio",
@@ -90,19 +81,31 @@ SERVER_METRICS = (
         "wiremq_unfinished_frame_bytes",
         "gauge",
         "Bytes of frames being received, all connections",
-        _get("unfinished_frame_bytes"),
+        at("unfinished_frame_bytes"),
     ),
     Metric(
         "wiremq_slow_subscriber_disconnects_total",
         "counter",
         "Subscribers disconnected for falling behind",
-        _get("slow_disconnects"),
+        at("slow_disconnects"),
     ),
     Metric(
         "wiremq_store_commits_total",
         "counter",
         "Commits of the persistent store",
-        _get("commits", "store", "commits"),
+        at("commits", "store", "commits"),
+    ),
+    Metric(
+        "wiremq_spool_used_bytes",
+        "gauge",
+        "Bytes of persistent messages stored",
+        at("spool", "used_bytes"),
+    ),
+    Metric(
+        "wiremq_spool_limit_bytes",
+        "gauge",
+        "MessageSpool.maxspoolusage (-1: no limit)",
+        at("spool", "limit_bytes"),
     ),
 )
 
@@ -111,47 +114,45 @@ DESTINATION_METRICS = (
         "wiremq_destination_messages",
         "gauge",
         "Messages a destination holds (waiting, and delivered but not acknowledged)",
-        _get("messages"),
+        at("messages"),
     ),
-    Metric("wiremq_destination_bytes", "gauge", "Bytes a destination holds", _get("bytes")),
+    Metric("wiremq_destination_bytes", "gauge", "Bytes a destination holds", at("bytes")),
     Metric(
         "wiremq_destination_stored_messages",
         "gauge",
         "Messages a destination holds in the persistent store",
-        _get("stored_messages"),
+        at("stored_messages"),
     ),
     Metric(
         "wiremq_destination_stored_bytes",
         "gauge",
         "Bytes a destination holds in the persistent store",
-        _get("stored_bytes"),
+        at("stored_bytes"),
     ),
     Metric(
         "wiremq_destination_received_total",
         "counter",
         "Messages a destination received",
-        _get("received"),
+        at("received"),
     ),
     Metric(
         "wiremq_destination_delivered_total",
         "counter",
         "Deliveries of a destination to its consumers",
-        _get("delivered"),
+        at("delivered"),
     ),
-    Metric(
-        "wiremq_destination_consumers", "gauge", "Consumers of a destination", _get("consumers")
-    ),
+    Metric("wiremq_destination_consumers", "gauge", "Consumers of a destination", at("consumers")),
     Metric(
         "wiremq_destination_producers",
         "gauge",
         "Producers sending to a destination",
-        _get("producers"),
+        at("producers"),
     ),
     Metric(
         "wiremq_destination_shutdown",
         "gauge",
         "1 while a destination is shut down (refuses new messages)",
-        _get("shutdown"),
+        at("shutdown"),
     ),
 )
 
@@ -160,17 +161,17 @@ WATERMARK_METRICS = (
         "wiremq_watermark_tripped",
         "gauge",
         "1 while a watermark has stopped its producers",
-        _get("tripped"),
+        at("tripped"),
     ),
-    Metric("wiremq_watermark_messages", "gauge", "Messages a watermark counts", _get("messages")),
-    Metric("wiremq_watermark_bytes", "gauge", "Bytes a watermark counts", _get("bytes")),
+    Metric("wiremq_watermark_messages", "gauge", "Messages a watermark counts", at("messages")),
+    Metric("wiremq_watermark_bytes", "gauge", "Bytes a watermark counts", at("bytes")),
     Metric(
         "wiremq_watermark_stopped_producers",
         "gauge",
         "Producers a watermark holds stopped",
-        _get("stopped_producers"),
+        at("stopped_producers"),
     ),
-    Metric("wiremq_watermark_trips_total", "counter", "Times a watermark tripped", _get("trips")),
+    Metric("wiremq_watermark_trips_total", "counter", "Times a watermark tripped", at("trips")),
 )
 
 
@@ -195,7 +196,7 @@ def exposition(state: State) -> str:
             "wiremq_spool_refused_messages_total",
             "counter",
             "Persistent messages refused by a spool check, by reason",
-            _get(),
+            at(),
         ),
         [({"reason": reason}, count) for reason, count in sorted(refused.items())],
     )

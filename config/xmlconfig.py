@@ -61,16 +61,17 @@ class _Element:
     tag: str
     attrs: dict[str, str]
     line: int
+    offset: int  # of its start tag's "<", in bytes of the UTF-8 text
     children: list[_Element] = field(default_factory=list)
 
 
-def _parse_xml(text: str, source: str) -> _Element:
+def _parse_xml(text: str | bytes, source: str) -> _Element:
     parser = xml.parsers.expat.ParserCreate()
     stack: list[_Element] = []
     roots: list[_Element] = []
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, attrs, parser.CurrentLineNumber)
+        element = _Element(tag, attrs, parser.CurrentLineNumber, parser.CurrentByteIndex)
         (stack[-1].children if stack else roots).append(element)
         stack.append(element)
 
@@ -352,33 +353,15 @@ def save_values(
 
 
 def _top_level_tags(data: bytes, source: str, registry: Registry) -> list[_Tag]:
-    """The start tags of the root's children, found by expat (so comments and CDATA
-    never fool it), with their attributes' exact byte spans."""
-    parser = xml.parsers.expat.ParserCreate()
-    depth = 0
-    tags: list[_Tag] = []
-
-    def start(tag: str, attrs: dict[str, str]) -> None:
-        nonlocal depth
-        depth += 1
-        group = registry.group(tag)
-        if depth == 2 and group is not None:
-            begin = parser.CurrentByteIndex
-            end, attributes = _scan_tag(data, begin)
-            destination = attrs.get("name") if group == DESTINATION_GROUP else None
-            tags.append(_Tag(group, destination, begin, end, attributes))
-
-    def end(tag: str) -> None:
-        nonlocal depth
-        depth -= 1
-
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    try:
-        parser.Parse(data, True)
-    except xml.parsers.expat.ExpatError as error:
-        reason = xml.parsers.expat.errors.messages[error.code]
-        raise ConfigError(f"{source}:{error.lineno}", f"not well-formed XML ({reason})") from None
+    """The start tags of the root's children that name a parameter group (found by expat,
+    so comments and CDATA never fool it), with their attributes' exact byte spans."""
+    tags = []
+    for element in _parse_xml(data, source).children:
+        group = registry.group(element.tag)
+        if group is not None:
+            end, attributes = _scan_tag(data, element.offset)
+            destination = element.attrs.get("name") if group == DESTINATION_GROUP else None
+            tags.append(_Tag(group, destination, element.offset, end, attributes))
     return tags
 
 

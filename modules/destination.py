@@ -236,6 +236,7 @@ class Destination(ABC):
             "received": self.received,
             "delivered": self.delivered,
             "producers": len(self.producers),
+            "spool_quota": self.policy.spoolquota,
             "shutdown": self.policy.shutdown,
             "watermarks": [g.state() for g in self.gates],
         }

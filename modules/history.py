@@ -25,7 +25,7 @@ class Series:
     name: str
     label: str
     unit: str
-    read: Callable[[State], float | None]
+    read: Callable[[State], Any]  # a number, or None when the state lacks it
     rate: bool = False  # charted as the counter's change per second
 
 
@@ -33,37 +33,40 @@ def _depth(state: State) -> float:
     return float(sum(d["messages"] for d in (*state["queues"], *state["topics"])))
 
 
-def _nested(*path: str) -> Callable[[State], float | None]:
-    def read(state: State) -> float | None:
+def at(*path: str) -> Callable[[State], Any]:
+    """A reader of the value at ``path`` in a state (nested mappings), None where the state
+    has none: what the console's charts and ``/metrics`` read."""
+
+    def read(state: State) -> Any:
         value: Any = state
         for key in path:
             if not isinstance(value, Mapping) or key not in value:
                 return None
             value = value[key]
-        return float(value)
+        return value
 
     return read
 
 
 SERVER_SERIES = (
-    Series("received", "messages received", "msg/s", _nested("totals", "received"), rate=True),
-    Series("delivered", "messages delivered", "msg/s", _nested("totals", "delivered"), rate=True),
+    Series("received", "messages received", "msg/s", at("totals", "received"), rate=True),
+    Series("delivered", "messages delivered", "msg/s", at("totals", "delivered"), rate=True),
     Series("messages", "messages held", "messages", _depth),
-    Series("connections", "connections", "connections", _nested("totals", "connections")),
-    Series("rss", "server memory (resident)", "bytes", _nested("memory", "rss_bytes")),
+    Series("connections", "connections", "connections", at("totals", "connections")),
+    Series("rss", "server memory (resident)", "bytes", at("memory", "rss_bytes")),
     Series(
         "transaction_bytes",
         "bytes held in open transactions",
         "bytes",
-        _nested("transactions", "bytes"),
+        at("transactions", "bytes"),
     ),
 )
 
 DESTINATION_SERIES = (
-    Series("messages", "messages", "messages", _nested("messages")),
-    Series("bytes", "bytes", "bytes", _nested("bytes")),
-    Series("received", "received", "msg/s", _nested("received"), rate=True),
-    Series("delivered", "delivered", "msg/s", _nested("delivered"), rate=True),
+    Series("messages", "messages", "messages", at("messages")),
+    Series("bytes", "bytes", "bytes", at("bytes")),
+    Series("received", "received", "msg/s", at("received"), rate=True),
+    Series("delivered", "delivered", "msg/s", at("delivered"), rate=True),
 )
 
 
@@ -80,7 +83,7 @@ class Track:
         self._last: tuple[float, dict[str, float | None]] | None = None  # for rates
 
     def add(self, now: float, state: State) -> None:
-        raw = {s.name: s.read(state) for s in self.series}
+        raw = {s.name: _number(s.read(state)) for s in self.series}
         last = self._last
         self._last = (now, raw)
         self.times.append(now)
@@ -108,6 +111,10 @@ class Track:
                 for s in self.series
             },
         }
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _round(value: float | None) -> float | None:

@@ -168,22 +168,23 @@ class Operations:
         """Remove every message waiting in a queue (``done(count)``), in memory and in the
         store up to the last one stored when the purge began."""
         queue = self.queue(name)
-        upto = queue.left_upto
+        # A queue restored at start-up does not know where its backlog ends: to its end.
+        upto = queue.left_upto or None
         taken = queue.take_waiting(lambda m: True)
         positions = [(name, m.store_seq) for m in taken if m.store_seq]
         count = len(taken)
 
-        def finish(found: list[tuple[int, StoredMessage]]) -> None:
+        def finish(found: list[tuple[int, StoredMessage]], scanned: int) -> None:
             positions.extend((name, seq) for seq, _ in found)
 
             def removed(result: object) -> None:
-                queue.backlog_purged(upto)
+                queue.backlog_purged(scanned)
                 log.info("operator.purged", destination=name, messages=count + len(found))
                 done(count + len(found))
 
             self._commit(StoreTransaction(removals=tuple(positions)), removed, failed)
 
-        self._scan(queue, upto, lambda seq, m: True, finish, failed)
+        self._scan(queue, upto, lambda seq, m: True, finish, failed, purge=True)
 
     def delete(self, name: str, done: Callable[[int], None], failed: Failed) -> None:
         """Purge a destination and remove it (``done(messages removed)``). A destination
@@ -233,7 +234,7 @@ class Operations:
             return
 
         def read(batch: StoredBatch) -> None:
-            waiting = queue.waiting_stored(batch)
+            waiting = queue.waiting_stored(batch.messages)
             views.extend(_stored_view(seq, m, head) for seq, m in waiting[: limit - len(views)])
             done(views)
 
@@ -258,7 +259,7 @@ class Operations:
             self._relocate(name, found[0], None, to, done, failed)
             return
 
-        def searched(stored: list[tuple[int, StoredMessage]]) -> None:
+        def searched(stored: list[tuple[int, StoredMessage]], scanned: int) -> None:
             if not stored:
                 failed(not_found(f"no message {message_id!r} waits in {name}"))
                 return
@@ -312,7 +313,7 @@ class Operations:
             queue,
             None,
             lambda seq, m: m.message_id == message_id,
-            lambda found: done([_stored_view(seq, m, 0) for seq, m in found]),
+            lambda found, scanned: done([_stored_view(seq, m, 0) for seq, m in found]),
             failed,
             first_only=True,
         )
@@ -381,37 +382,38 @@ class Operations:
         queue: Queue,
         upto: int | None,
         wanted: Callable[[int, StoredMessage], bool],
-        done: Callable[[list[tuple[int, StoredMessage]]], None],
+        done: Callable[[list[tuple[int, StoredMessage]], int], None],
         failed: Failed,
         first_only: bool = False,
+        purge: bool = False,
     ) -> None:
         """Look through a queue's backlog in the store (up to ``upto``, or its end) for the
         waiting messages ``wanted``; they are withheld from the queue's own reads, and
-        ``done`` gets them (the first only, if ``first_only``). A purge (``upto`` given)
-        takes the expired messages met too."""
+        ``done`` gets them (the first only, if ``first_only``) and the last position
+        looked at. A ``purge`` takes the expired messages met too."""
         start = queue.backlog_start()
         persistence = self.persistence
         found: list[tuple[int, StoredMessage]] = []
         if start is None or persistence is None:
-            done(found)
+            done(found, upto or 0)
             return
 
         def step(after: int) -> None:
             persistence.read(queue.name, after, READ_STEP, READ_BYTES, read, failed)
 
         def read(batch: StoredBatch) -> None:
-            hits = [(seq, m) for seq, m in queue.waiting_stored(batch) if wanted(seq, m)]
+            hits = [(seq, m) for seq, m in queue.waiting_stored(batch.messages) if wanted(seq, m)]
+            if purge:
+                hits += queue.waiting_stored(batch.expired)
             if upto is not None:
                 hits = [(seq, m) for seq, m in hits if seq <= upto]
             if first_only:
                 hits = hits[:1]
-            if upto is not None:  # a purge: expired messages go too
-                hits += [(seq, m) for seq, m in batch.expired if seq <= upto]
             found.extend(hits)
             queue.withhold([seq for seq, _ in hits])
             finished = batch.at_end or (upto is not None and batch.last_seq >= upto)
             if finished or (first_only and found):
-                done(found)
+                done(found, batch.last_seq if upto is None else min(upto, batch.last_seq))
             else:
                 step(batch.last_seq)
 

@@ -388,13 +388,15 @@ class Queue(Destination):
         every waiting message is in memory."""
         return self.backlog_after
 
-    def waiting_stored(self, read: Batch) -> list[tuple[int, StoredMessage]]:
+    def waiting_stored(
+        self, read: list[tuple[int, StoredMessage]]
+    ) -> list[tuple[int, StoredMessage]]:
         """Of what a read of the store after ``backlog_start`` found, the messages that wait
         here (not those delivered, and not acknowledged, nor taken by an operator)."""
         upto, given_back, withheld = self.given_back_upto, self.given_back, self.withheld
         return [
             (seq, m)
-            for seq, m in read.messages
+            for seq, m in read
             if (not given_back or seq > upto or seq in given_back) and seq not in withheld
         ]
 

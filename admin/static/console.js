@@ -100,6 +100,7 @@ const FORMATS = {
     s %= 60;
     return (d ? d + "d " : "") + (d || h ? h + "h " : "") + (d || h || m ? m + "m " : "") + s + "s";
   },
+  limit: (v) => (v === -1 ? "none" : FORMATS.bytes(v)),
   percent: (v) => (Number(v) * 100).toFixed(1) + " %",
   percent100: (v) => Number(v).toFixed(1) + " %",
   yesno: (v) => el("span", { class: v ? "yes" : "no" }, v ? "yes" : "no"),

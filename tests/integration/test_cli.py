@@ -293,3 +293,33 @@ def test_the_wizard_writes_the_manuals_allocation_with_its_reasons(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "must be more than the connections plus 20" in bad.stderr
+
+
+def test_a_change_waiting_for_a_restart_is_in_force_after_it(tmp_path):
+    """Without --config the console saves to config.xml in the data folder, and the next
+    start reads it."""
+
+    def start() -> tuple[subprocess.Popen[bytes], Api]:
+        port, admin_port = free_port(), free_port()
+        process = subprocess.Popen(
+            [*WIREMQ, "serve", "--port", str(port), "--data", str(tmp_path)]
+            + ["--admin-port", str(admin_port)],
+            stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        _wait_listening(port, process)
+        return process, Api(admin_port).with_csrf()
+
+    process, api = start()
+    try:
+        changed = api.set_parameter("ClientEgress.maxdepth", 500)
+        assert changed["applied"] is False and changed["value"] == 20000
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+        process, api = start()
+        again = api.get("/api/parameters/ClientEgress.maxdepth")
+        assert again["value"] == 500 and again["restart_needed"] is False
+    finally:
+        process.kill()
+        process.wait()
+    assert (tmp_path / "config.xml").is_file()

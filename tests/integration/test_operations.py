@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect, fill, until
 from tests.integration.console import encoded
 from tests.integration.test_flow_control import send_frame
@@ -244,3 +245,17 @@ def test_an_unknown_message_is_404(console):
     assert api.request("DELETE", base).status == 404
     assert api.request("POST", f"{base}/retry").status == 404
     assert api.request("POST", f"{base}/move", {"to": "/queue/v"}).status == 404
+
+
+def test_purge_after_a_restart_removes_the_restored_backlog(reactor, start_server, console_of):
+    server = start_server()
+    fill(server.port, "/queue/kept", [f"k{i}" for i in range(5)], persistent="true")
+    call_in_reactor(reactor, server.stop)
+    server = start_server()
+    api = console_of(server)
+    assert _queue(api, "/queue/kept")["backlog_in_store"] is True
+    assert api.ok("POST", f"/api/destinations/{encoded('/queue/kept')}/purge")["purged"] == 5
+    assert until(lambda: server.store.count("/queue/kept")[0] == 0)
+    assert _queue(api, "/queue/kept")["backlog_in_store"] is False
+    fill(server.port, "/queue/kept", ["new"], persistent="true")
+    assert _drain(server.port, "/queue/kept", 1) == ["new"]
