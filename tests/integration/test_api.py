@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
+from wiremq.config.parameters import REGISTRY
 from wiremq.modules.users import UsersFile
 
 # -- what the API answers ---------------------------------------------------------------------
@@ -429,3 +433,61 @@ def _gate(server):
     """The console's gate (its sessions), found through the listener's site."""
     (listener,) = server.listeners
     return listener.factory.resource.gate
+
+
+def test_without_a_users_file_the_console_listens_on_localhost_only(reactor, start_server):
+    server = start_server(**{"Admin.host": "0.0.0.0"})
+    api = open_console(reactor, server)
+    (listener,) = server.listeners
+    assert listener.getHost().host == "127.0.0.1"
+    assert api.get("/api/session")["localhost_only"] is True
+
+
+def test_with_a_users_file_the_console_listens_where_it_is_told(reactor, start_server, tmp_path):
+    UsersFile(tmp_path / "data").set("ops", "pw", "viewer")
+    server = start_server(**{"Admin.host": "0.0.0.0"})
+    api = open_console(reactor, server)
+    (listener,) = server.listeners
+    assert listener.getHost().host == "0.0.0.0"
+    session = Api(api.port, auth=("ops", "pw")).get("/api/session")
+    assert session["localhost_only"] is False and session["role"] == "viewer"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=5,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    key=st.sampled_from([p.key for p in REGISTRY]),
+    body=st.one_of(JSON_VALUES, st.fixed_dictionaries({"value": JSON_VALUES})),
+)
+def test_any_json_put_to_a_parameter_is_taken_or_refused_with_400(console, key, body):
+    server, api = console
+    raw = json.dumps(body).encode()
+    json_type = {"Content-Type": "application/json"}
+    answer = api.request("PUT", f"/api/parameters/{key}", raw=raw, headers=json_type)
+    assert answer.status in (200, 400), (answer.status, answer.body)
+    if answer.status == 400:
+        assert answer.error
+    server.settings.check_relations()  # whatever was taken keeps the rules
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    segments=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=5),
+    method=st.sampled_from(["GET", "PUT", "POST", "DELETE", "PATCH"]),
+)
+def test_any_path_under_the_api_gets_an_answer_not_a_crash(console, segments, method):
+    server, api = console
+    path = "/api/" + "/".join(quote(s, safe="") for s in segments)
+    answer = api.request(method, path, {} if method in ("PUT", "POST", "PATCH") else None)
+    assert answer.status < 500, (path, answer.status, answer.body)
+    assert answer.json["status"] == answer.status or answer.status == 200
