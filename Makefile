@@ -16,13 +16,17 @@ $(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c
 	touch $@
 
 # Install everything (dev tools included) and run the linters and the whole test suite.
-# The store tests start their own PostgreSQL cluster: Debian's server programs are installed
-# when missing.
+# The store tests start their own PostgreSQL cluster, and the console's tests drive a headless
+# Chromium: Debian's packages are installed when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

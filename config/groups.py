@@ -228,3 +228,17 @@ class CleanupIntervalSettings(SettingsGroup):
     """A memory store's cleanup period (VolQueueStoreImpl)."""
 
     cleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings(SettingsGroup):
+    """Admin: the console's listener, logins, charts and requests."""
+
+    host: str
+    port: int
+    sessiontimeout: float
+    sampleinterval: float
+    history: float
+    chartdestinations: int
+    browsebytes: int
+    maxrequestbytes: int

@@ -531,6 +531,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "DestinationManager",
@@ -542,6 +543,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.1,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "DestinationManager",
@@ -552,6 +554,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "VolQueueStoreImpl",
@@ -562,6 +565,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     # -- per-destination policy (defaults; <Destination name="..."> overrides) ----------------
     Parameter(
@@ -574,6 +578,7 @@ PARAMETERS += [
         unit="ms",
         minimum=0,
         maximum=10 * 365 * 86_400_000,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -582,6 +587,7 @@ PARAMETERS += [
         "discard",
         "What happens to an expired message: discarded, or moved to the dead message queue",
         choices=("discard", "deadmessagequeue"),
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -590,6 +596,7 @@ PARAMETERS += [
         "/queue/DMQ",
         "The queue expired messages are moved to (with headers original-destination and "
         "dead-reason)",
+        live=True,
     ),
 ]
 
@@ -658,6 +665,7 @@ PARAMETERS.append(
         unit="s",
         minimum=0.1,
         maximum=86400.0,
+        live=True,
     )
 )
 _add_watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
@@ -679,9 +687,11 @@ PARAMETERS += [
         int,
         1000,
         "A consumer's window in messages: delivered and not yet acknowledged (client "
-        "modes) or not yet written to its socket (auto mode); SUBSCRIBE may set its own",
+        "modes) or not yet written to its socket (auto mode); SUBSCRIBE may set its own "
+        "(a change applies to later subscriptions)",
         minimum=1,
         maximum=10_000_000,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -692,6 +702,7 @@ PARAMETERS += [
         unit="bytes",
         minimum=1,
         maximum=64 * 1024 * MIB,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -701,8 +712,10 @@ PARAMETERS += [
         "What a topic does about a subscriber that cannot keep up: block (messages wait in "
         "the topic live buffer, publishers stop at its watermarks), discard-oldest (its "
         "oldest non-persistent messages are dropped, with a discard indication), or "
-        "disconnect (it gets an ERROR and is disconnected)",
+        "disconnect (it gets an ERROR and is disconnected); a change applies to later "
+        "subscriptions",
         choices=("block", "discard-oldest", "disconnect"),
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -724,6 +737,7 @@ PARAMETERS += [
         minimum=0,
         maximum=1024 * MIB,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -735,6 +749,7 @@ PARAMETERS += [
         minimum=0,
         maximum=1 << 50,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -747,13 +762,16 @@ PARAMETERS += [
         minimum=0,
         maximum=1 << 40,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
         "shutdown",
         bool,
         False,
-        "A shut-down destination refuses persistent messages",
+        "A shut-down destination refuses new messages (each SEND gets an ERROR naming its "
+        "receipt); its consumers still get what it holds",
+        live=True,
     ),
     Parameter(
         "MessageSpool",
@@ -851,6 +869,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=3600.0,
+        live=True,
     ),
     Parameter(
         "SlowSubscriber",
@@ -902,6 +921,91 @@ PARAMETERS += [
         unit="s",
         minimum=1.0,
         maximum=3600.0,
+    ),
+]
+
+# -- the admin console and JSON API (HTTP) ----------------------------------------------------
+PARAMETERS += [
+    Parameter(
+        "Admin",
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the admin console and JSON API listen on; without a users file in the data "
+        "folder they listen on 127.0.0.1 only, whatever this says",
+    ),
+    Parameter(
+        "Admin",
+        "port",
+        int,
+        8161,
+        "TCP port of the admin console and JSON API (0: no console)",
+        minimum=0,
+        maximum=65535,
+    ),
+    Parameter(
+        "Admin",
+        "sessiontimeout",
+        float,
+        1800.0,
+        "A console login unused for this long must log in again",
+        unit="s",
+        minimum=10.0,
+        maximum=30 * 86400.0,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "sampleinterval",
+        float,
+        10.0,
+        "Time between two samples of the console's charts (message rates, depths, memory)",
+        unit="s",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "Admin",
+        "history",
+        float,
+        3600.0,
+        "How far back the console's charts go",
+        unit="s",
+        minimum=10.0,
+        maximum=7 * 86400.0,
+    ),
+    Parameter(
+        "Admin",
+        "chartdestinations",
+        int,
+        100,
+        "Destinations whose depth and rates are kept for the charts (those with the most "
+        "messages when each sample is taken)",
+        unit="destinations",
+        minimum=0,
+        maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
+        "browsebytes",
+        int,
+        256,
+        "Bytes of each message body shown when browsing a destination",
+        unit="bytes",
+        minimum=0,
+        maximum=MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "maxrequestbytes",
+        int,
+        64 * KIB,
+        "Largest request body the JSON API takes; a larger one gets 413",
+        unit="bytes",
+        minimum=1024,
+        maximum=64 * MIB,
+        live=True,
     ),
 ]
 

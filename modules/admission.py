@@ -15,6 +15,9 @@ from wiremq.modules.expiry import effective_expiry
 from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
 from wiremq.modules.pipeline import Batch, PipelineModule
 
+SHUT_DOWN = Refused(
+    "destination shut down", "the destination accepts no new messages until it is resumed"
+)
 BAD_CLASS_OF_SERVICE = Refused(
     "invalid class-of-service header", "class-of-service must be 1, 2 or 3"
 )
@@ -46,6 +49,8 @@ class AdmissionModule(PipelineModule):
     def _admit(self, message: Message, target: Destination) -> None:
         origin = message.origin
         if origin is not None and origin not in target.producers:
+            if target.policy.shutdown:
+                raise SHUT_DOWN
             target.add_producer(origin)  # type: ignore[arg-type]
         headers = message.headers
         if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:

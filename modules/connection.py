@@ -115,6 +115,8 @@ class ClientConnection:
         )
         self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
         self.client_id = ""
+        self.login: str | None = None  # the login its CONNECT gave
+        self.opened_at = now
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[str, Subscription] = {}  # by the number in 1.2 ack values
         self._numbers = 0
@@ -335,6 +337,7 @@ class ClientConnection:
         self._connect_deadline.cancel()
         self._check_room()
         self.client_id = event.headers.get("client-id", "")
+        self.login = event.headers.get("login")
         log.info(
             "client.connected",
             session=self.session.session_id,
@@ -650,6 +653,9 @@ class ClientConnection:
             "session": self.session.session_id,
             "peer": self.peer,
             "client_id": self.client_id or None,
+            "user": self.login,
+            "connected": self.session.version is not None,
+            "uptime": round(self.services.runtime.monotonic() - self.opened_at, 3),
             "reading": not self.stops,
             "stopped_by": sorted(str(reason) for reason in self.stops),
             "subscriptions": [s.state() for s in self.subscriptions.values()],

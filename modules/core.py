@@ -27,6 +27,7 @@ from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
+from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
 from wiremq.modules.runtime import Runtime
@@ -102,6 +103,21 @@ class Core:
             bounds,
         )
 
+        self.operations = Operations(
+            self.destinations, self.clients, self.persistence, self.pipelines.submit
+        )
+        settings.on_change(self._settings_changed)
+
+    def _settings_changed(self, groups: frozenset[str]) -> None:
+        """Parameters changed while the server runs: each piece that keeps typed settings
+        reads them again (watermarks are judged again at once), and the store watermarks
+        switched on meanwhile get the store's counts."""
+        self.flow.configure()
+        self.destinations.configure()
+        self.replays.configure(self.settings)
+        if self.store is not None:
+            self.spool.store_changed([d.name for d in self.destinations])
+
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""
         return ModuleContext(
@@ -152,4 +168,11 @@ class Core:
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
+            "transactions": self.transactions.state(),
+            "totals": {
+                **self.destinations.totals(),
+                "connections": len(self.clients),
+                "queues": len(self.destinations.queues),
+                "topics": len(self.destinations.topics),
+            },
         }

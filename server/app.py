@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 import structlog
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
@@ -28,6 +29,7 @@ from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.stores import open_store
@@ -53,15 +55,28 @@ class WiremqServer:
         self.runtime = TwistedRuntime(reactor, self.outbox)
         self.connections: set[StompProtocol] = set()
         self.listening: IListeningPort | None = None
+        self.listeners: list[IListeningPort] = []  # others (the console): closed at stop
         self.store: MessageStore | None = None
         self.core: Core | None = None
-        self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []
+        self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []  # periodic tasks
         self.server = ServerSettings.read(settings, "Server")
         self.listener = ListenerSettings.read(settings, "StompListener")
         self.slow_subscribers = SlowSubscriberSettings.read(settings, "SlowSubscriber")
         egress = EgressSettings.read(settings, "ClientEgress")
         self.egress_limits = queue_limits(egress)
         self.transmit_bound = egress.tcptransmitbytes
+        self.started_at = time.time()
+        self.process = psutil.Process()
+        settings.on_change(self._settings_changed)
+
+    def _settings_changed(self, groups: frozenset[str]) -> None:
+        """Parameters changed while the server runs (the core follows on its own): the log
+        level, and the periodic tasks' intervals."""
+        if "Server" in groups:
+            server = self.server = ServerSettings.read(self.settings, "Server")
+            configure_logging(server.loglevel, server.logformat)
+        for cleanup in self.cleanups:
+            cleanup.interval_changed()
 
     @property
     def port(self) -> int:
@@ -100,7 +115,7 @@ class WiremqServer:
         persistence = core.persistence
         assert persistence is not None
 
-        self.cleanups = [
+        tasks: list[StoreCleanup | Periodic | CatchUp] = [
             CatchUp(runtime, settings, persistence),
             StoreCleanup(
                 "persqueue",
@@ -147,9 +162,17 @@ class WiremqServer:
             ),
         ]
         if self.server.packinterval > 0:
-            self.cleanups.append(Periodic(runtime, lambda: self.server.packinterval, self.pack))
-        for cleanup in self.cleanups:
-            cleanup.start()
+            tasks.append(Periodic(runtime, lambda: self.server.packinterval, self.pack))
+        for task in tasks + self.cleanups:
+            task.start()
+        self.cleanups = tasks + self.cleanups
+
+    def add_task(self, task: Periodic) -> None:
+        """A periodic task that runs while the server does (the console's sampler): started
+        with the server (now, if it runs) and stopped with it."""
+        self.cleanups.append(task)
+        if self.core is not None:
+            task.start()
 
     def pack(self) -> None:
         """Pack the store on a worker of its own: commits go on meanwhile."""
@@ -205,6 +228,13 @@ class WiremqServer:
             }
             for c in connections
         ]
+        state["memory"] = {"rss_bytes": self.process.memory_info().rss}
+        state["server"] = {
+            "started_at": self.started_at,
+            "uptime": round(time.time() - self.started_at, 3),
+            "stomp_port": self.port,
+            "config": self.config.path,
+        }
         return state
 
     @defer.inlineCallbacks
@@ -222,6 +252,9 @@ class WiremqServer:
         if self.listening is not None:
             waits.append(defer.maybeDeferred(self.listening.stopListening))
             self.listening = None
+        for listener in self.listeners:
+            waits.append(defer.maybeDeferred(listener.stopListening))
+        self.listeners = []
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()

@@ -9,7 +9,6 @@ up into its egress queues. Publishers are ``Flood`` threads (see
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,22 +17,12 @@ from tests.conftest import call_in_reactor
 from tests.integration.clients import TIMEOUT, RawClient, connect, until
 from tests.integration.test_flow_control import (
     READ_CHUNK,
-    SlowClient,
     client_state,
-    closing_after,
     flow_state,
     number,
     watermark_state,
 )
 from wiremq.modules.stomp.frames import Frame
-
-
-@pytest.fixture
-def slow_clients() -> Iterator[Callable[[int], SlowClient]]:
-    """``slow_clients(port)``: a SlowClient, closed after the test (a server cannot stop
-    while a client does not read what it was sent)."""
-    yield from closing_after(SlowClient)
-
 
 TOPIC_WATERMARKS = {
     "DestinationManager.topicglobalbytehighwatermark": "50000",
