@@ -173,6 +173,9 @@ def serve(args: argparse.Namespace) -> int:
     except StoreError as error:
         print(f"wiremq: cannot open the stores: {error}", file=sys.stderr)
         return 1
+    except UsersFileError as error:
+        print(f"wiremq: users file: {error}", file=sys.stderr)
+        return 2
     except CannotListenError as error:
         print(f"wiremq: cannot listen: {error.socketError}", file=sys.stderr)
         return 1

@@ -102,9 +102,12 @@ def fill(port: int, destination: str, bodies: Sequence[str], **headers: str) -> 
 class RawClient:
     """STOMP over a plain socket, for what stomp.py will not send: bad frames, odd headers."""
 
-    def __init__(self, port: int, source: str = "127.0.0.1") -> None:
-        """``source``: the local address to connect from (any of 127.0.0.0/8)."""
-        self.sock = socket.create_connection(
+    def __init__(
+        self, port: int, source: str = "127.0.0.1", sock: socket.socket | None = None
+    ) -> None:
+        """``source``: the local address to connect from (any of 127.0.0.0/8); ``sock``: a
+        connected socket to use instead (a TLS one, say)."""
+        self.sock = sock or socket.create_connection(
             ("127.0.0.1", port), timeout=TIMEOUT, source_address=(source, 0)
         )
         self.decoder = FrameDecoder(LIMITS)
