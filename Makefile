@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck unit
+.PHONY: run test lint typecheck unit chromium
 
 # Install the server alone and run it on its embedded default (data in ./data).
 run: $(VENV)/.run-installed
@@ -29,6 +29,18 @@ $(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.run-installed
 
+# The browser tests run the real stomp.js (npm, pinned by the lockfile) in Node and in
+# Debian's headless Chromium, installed when missing.
+BROWSER := tests/browser
+$(BROWSER)/node_modules/.installed: $(BROWSER)/package.json $(BROWSER)/package-lock.json
+	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+chromium:
+	@command -v chromium >/dev/null || flock /tmp/wiremq-apt.lock sh -c \
+		'$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null'
+
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -36,5 +48,5 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy server modules config stores admin analytics
 
-test: lint typecheck
+test: lint typecheck $(BROWSER)/node_modules/.installed chromium
 	$(BIN)/pytest -q
