@@ -227,11 +227,16 @@ class FrameDecoder:
             )
 
     def _check_incomplete_head(self, buf: bytes, pos: int, end: int) -> None:
+        """Refuse an unfinished head that cannot become a valid one: longer than every
+        line at its limit with a CRLF each, or whose last line is already too long (its
+        last CR may be half a CRLF, so it does not count)."""
         limits = self.limits
-        if end - pos > limits.max_header_bytes * (limits.max_headers + 1):
+        half_crlf = buf[end - 1] == 13
+        if end - pos - half_crlf > (limits.max_header_bytes + 2) * (limits.max_headers + 1):
             raise ProtocolError("frame too large", "header section exceeds the server's limits")
         last_newline = buf.rfind(b"\n", pos, end)
-        if end - (last_newline + 1 if last_newline >= 0 else pos) > limits.max_header_bytes:
+        line = end - (last_newline + 1 if last_newline >= 0 else pos) - half_crlf
+        if line > limits.max_header_bytes:
             raise ProtocolError(
                 "header too long",
                 f"a header line exceeds the server's limit of {limits.max_header_bytes} bytes",

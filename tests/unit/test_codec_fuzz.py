@@ -1,6 +1,9 @@
 """Property tests of the decoder: no lost frame boundary, no error but ProtocolError, and
 the C fast path agreeing with the Python decoder on any input."""
 
+import subprocess
+import sys
+from pathlib import Path
 from unittest.mock import patch
 
 from hypothesis import example, given, settings
@@ -229,3 +232,23 @@ def test_a_message_tail_decodes_to_its_headers(version, data):
             expected.setdefault(name, value)
     expected.setdefault("content-length", str(len(body)))
     assert frame == Frame("MESSAGE", expected, body)
+
+
+def test_the_coverage_guided_fuzz_target_runs_clean(tmp_path):
+    """A short run of bench/fuzz_codec.py (atheris): the target itself works; the long runs
+    that find things are bench runs (bench/README.md)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[2] / "bench" / "fuzz_codec.py"),
+            "-runs=3000",
+            "-seed=1",
+            f"-artifact_prefix={tmp_path}/",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    output = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, output[-3000:]
+    assert "Done 3000 runs" in output
