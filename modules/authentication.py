@@ -12,8 +12,9 @@ password (``Security.logincachesize``): a client that reconnects is not hashed
 again. A failed login is answered only after a delay that doubles with each
 failure from the same address (``loginfailuredelay`` up to
 ``loginfailuremaxdelay``, forgotten ``loginfailurememory`` after the last one),
-and the address's next login is not checked before then, however many
-connections it opens: a guesser gets one guess per delay.
+and the address's next login is not checked before then; the passwords of one
+address are checked one at a time. However many connections a guesser opens,
+it gets one guess per delay, and the login worker one hash per address at once.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -31,7 +32,7 @@ from wiremq.config.groups import SecuritySettings
 from wiremq.config.settings import Settings
 from wiremq.modules.errors import Refused
 from wiremq.modules.permissions import Access
-from wiremq.modules.runtime import Runtime
+from wiremq.modules.runtime import Runtime, Timer
 from wiremq.modules.users import User, Users, UsersFileError
 
 log = structlog.get_logger("wiremq.authentication")
@@ -41,63 +42,104 @@ LOGIN_FAILED = "login failed"
 
 
 @dataclass
-class _Failures:
-    count: int
-    last: float  # when the last failure happened
-    free_at: float  # no login from the address is checked before this
+class _Address:
+    """What the throttle knows of one client address."""
+
+    failures: int = 0
+    last_failure: float = 0.0
+    free_at: float = 0.0  # no password of the address is checked before this
+    checking: bool = False  # one of its passwords is being checked
+    waiting: deque[Callable[[], None]] = field(default_factory=deque)  # checks to run
+    timer: Timer | None = None  # runs the next check at free_at
 
 
 class LoginThrottle:
-    """Failed logins per client address (see the module docstring).
+    """Password checks per client address: one at a time, none before the delay of the
+    last failure is over (see the module docstring).
 
-    Only addresses that failed are remembered, at most ``capacity`` of them (the
-    oldest failures go first), each until ``loginfailurememory`` after its last
-    failure.
+    Addresses are remembered while a check of theirs runs or waits, and those that
+    failed until ``loginfailurememory`` after their last failure, at most ``capacity``
+    of those (the least recently failed go first).
     """
 
-    def __init__(self, settings: Settings, capacity: int) -> None:
+    def __init__(self, settings: Settings, runtime: Runtime, capacity: int) -> None:
         self.settings = settings
+        self.runtime = runtime
         self.capacity = capacity
-        self._failures: OrderedDict[str, _Failures] = OrderedDict()
+        self._addresses: OrderedDict[str, _Address] = OrderedDict()
 
-    def _delay(self, count: int, security: SecuritySettings) -> float:
-        return min(
-            security.loginfailuredelay * 2 ** min(count - 1, 64), security.loginfailuremaxdelay
-        )
-
-    def wait(self, address: str, now: float) -> float:
-        """Seconds before a login from ``address`` may be checked; the time is reserved,
-        so that logins from an address that failed are checked one per delay."""
-        entry = self._failures.get(address)
+    def check(self, address: str, run: Callable[[], None]) -> None:
+        """Run ``run``, a password check of ``address`` that ends with ``checked``, once
+        the address may have its next password checked."""
+        entry = self._addresses.get(address)
         if entry is None:
-            return 0.0
-        security = SecuritySettings.read(self.settings, "Security")
-        if now - entry.last > security.loginfailurememory:
-            del self._failures[address]
-            return 0.0
-        start = max(now, entry.free_at)
-        entry.free_at = start + self._delay(entry.count, security)
-        return start - now
+            entry = self._addresses[address] = _Address()
+        entry.waiting.append(run)
+        self._next(address, entry)
 
-    def failed(self, address: str, now: float) -> tuple[int, float]:
-        """A login from ``address`` failed: (failures so far, seconds before its ERROR)."""
+    def checked(self, address: str, ok: bool) -> tuple[int, float]:
+        """A check of ``address`` ended: (its failures, seconds before a failure is
+        answered; 0 for a success)."""
+        entry = self._addresses[address]
+        entry.checking = False
+        result = (entry.failures, 0.0) if ok else self._fail(entry)
+        self._next(address, entry)
+        return result
+
+    def failed(self, address: str) -> tuple[int, float]:
+        """A login from ``address`` failed without a password to check (none given)."""
+        entry = self._addresses.get(address)
+        if entry is None:
+            entry = self._addresses[address] = _Address()
+        result = self._fail(entry)
+        self._next(address, entry)
+        return result
+
+    def _fail(self, entry: _Address) -> tuple[int, float]:
         security = SecuritySettings.read(self.settings, "Security")
-        failures = self._failures
-        while failures:  # forget the addresses whose failures are old
-            oldest = next(iter(failures.values()))
-            if now - oldest.last <= security.loginfailurememory and len(failures) < self.capacity:
-                break
-            failures.popitem(last=False)
-        entry = failures.pop(address, None) or _Failures(0, now, now)
-        entry.count += 1
-        entry.last = now
-        delay = self._delay(entry.count, security)
+        now = self.runtime.monotonic()
+        if now - entry.last_failure > security.loginfailurememory:
+            entry.failures = 0
+        entry.failures += 1
+        entry.last_failure = now
+        doubled = security.loginfailuredelay * 2 ** min(entry.failures - 1, 64)
+        delay = min(doubled, security.loginfailuremaxdelay)
         entry.free_at = max(entry.free_at, now + delay)
-        failures[address] = entry
-        return entry.count, delay
+        return entry.failures, delay
+
+    def _next(self, address: str, entry: _Address) -> None:
+        """Start the address's next check if it may start now, or when it may."""
+        if entry.checking or entry.timer is not None:
+            return
+        now = self.runtime.monotonic()
+        if entry.waiting and now < entry.free_at:
+            entry.timer = self.runtime.call_later(entry.free_at - now, lambda: self._due(address))
+        elif entry.waiting:
+            entry.checking = True
+            entry.waiting.popleft()()
+        else:
+            self._forget(address, entry, now)
+
+    def _due(self, address: str) -> None:
+        entry = self._addresses[address]
+        entry.timer = None
+        self._next(address, entry)
+
+    def _forget(self, address: str, entry: _Address, now: float) -> None:
+        """An idle address is kept only for its recent failures, and only so many."""
+        memory = SecuritySettings.read(self.settings, "Security").loginfailurememory
+        if not entry.failures or now - entry.last_failure > memory:
+            del self._addresses[address]
+            return
+        self._addresses.move_to_end(address)
+        while len(self._addresses) > self.capacity:
+            oldest, first = next(iter(self._addresses.items()))
+            if first.checking or first.waiting or first.timer is not None:
+                break  # busy addresses hold a connection each: bounded by the connections
+            del self._addresses[oldest]
 
     def __len__(self) -> int:
-        return len(self._failures)
+        return len(self._addresses)
 
 
 class Authenticator:
@@ -108,7 +150,7 @@ class Authenticator:
         self.users = users
         self.settings = settings
         self.runtime = runtime
-        self.throttle = LoginThrottle(settings, capacity)
+        self.throttle = LoginThrottle(settings, runtime, capacity)
         self._key = secrets.token_bytes(32)  # keys the remembered logins; never leaves memory
         self._remembered: OrderedDict[bytes, str] = OrderedDict()  # -> the password hash then
 
@@ -158,8 +200,9 @@ class Authenticator:
             return
 
         def checked(user: User | None) -> None:
+            failures, delay = self.throttle.checked(address, user is not None)
             if user is None:
-                self._failed(address, login, "wrong login or passcode", refused)
+                self._refuse(address, login, "wrong login or passcode", failures, delay, refused)
                 return
             self._remember(key, user.password_hash, security.logincachesize)
             done(self.access(login), login)
@@ -169,11 +212,7 @@ class Authenticator:
                 lambda: users.authenticate(login, password), checked, lambda error: checked(None)
             )
 
-        wait = self.throttle.wait(address, self.runtime.monotonic())
-        if wait > 0:
-            self.runtime.call_later(wait, check)
-        else:
-            check()
+        self.throttle.check(address, check)
 
     def access(self, name: str | None) -> Access:
         """What user ``name`` (None: an anonymous client) may do, as the users file says
@@ -199,13 +238,25 @@ class Authenticator:
     def _failed(
         self, address: str, login: str | None, why: str, refused: Callable[[Refused], None]
     ) -> None:
-        count, delay = self.throttle.failed(address, self.runtime.monotonic())
+        """A login failed without a password to check."""
+        failures, delay = self.throttle.failed(address)
+        self._refuse(address, login, why, failures, delay, refused)
+
+    def _refuse(
+        self,
+        address: str,
+        login: str | None,
+        why: str,
+        failures: int,
+        delay: float,
+        refused: Callable[[Refused], None],
+    ) -> None:
         log.warning(
             "client.login_failed",
             address=address,
             login=login,
             reason=why,
-            failures=count,
+            failures=failures,
             delay=round(delay, 3),
         )
         refusal = Refused(LOGIN_FAILED, why)

@@ -156,7 +156,8 @@ class ClientConnection:
         """Act on requests in order. SUBSCRIBE and UNSUBSCRIBE change where messages go, so
         each waits until what came before it is done (the messages sent before it are
         where they were going), and what comes after waits for it to be done (a durable
-        subscription stored): the rest is held, and the socket not read, meanwhile."""
+        subscription stored; for CONNECT, its login checked): the rest is held, and the
+        socket not read, meanwhile."""
         new_message = self.services.ids.message
         for index, event in enumerate(events):
             if type(event) is Send:

@@ -47,6 +47,8 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from wiremq.server.writer import socket_of
+
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
 
@@ -135,7 +137,7 @@ class WebSocketChannel(Protocol):
                 self.stomp.dataReceived(event.data.encode())
             elif isinstance(event, Request):
                 self._upgrade(event)
-            elif isinstance(event, Ping):
+            elif isinstance(event, Ping) and not self._backed_up():
                 self._write_control(event.response())
             elif isinstance(event, CloseConnection):
                 self._write_control(event.response())
@@ -194,6 +196,13 @@ class WebSocketChannel(Protocol):
         self._deadline = None
         if not self.upgraded:
             self.transport.abortConnection()  # type: ignore[union-attr]
+
+    def _backed_up(self) -> bool:
+        """Whether the socket holds more than its bound unwritten (the client does not
+        read): then pings are not answered, or a client sending pings and reading nothing
+        would make pongs pile up (RFC 6455 lets a pong answer only the latest ping)."""
+        sock = socket_of(self.transport)
+        return len(sock.dataBuffer) + sock._tempDataLen > sock.bufferSize
 
     def _write_control(self, event: Any) -> None:
         if self.websocket.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):

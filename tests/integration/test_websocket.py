@@ -13,7 +13,9 @@ import ssl
 from typing import Any
 
 import pytest
+from wsproto.events import Ping
 
+from tests.conftest import call_in_reactor
 from tests.integration.certificates import make_certificates
 from tests.integration.clients import TIMEOUT, connect, until
 from tests.integration.test_flow_control import (
@@ -25,6 +27,7 @@ from tests.integration.test_flow_control import (
 )
 from tests.integration.wsclient import HandshakeRefused, WsClient
 from wiremq.modules.users import UsersFile
+from wiremq.server.writer import socket_of
 
 WS = {"WebSocketListener.port": "0"}
 TOPIC_WATERMARKS = {
@@ -162,6 +165,8 @@ def test_heart_beats_flow_both_ways_over_websocket(start_server, ws_clients):
         client.read_until(lambda frames: False, timeout=0.1)
     assert not client.closed and not client.frames
     assert client.messages_received.count("\n") >= 3  # the server's own heart-beats
+    client.sock.sendall(client.websocket.send(Ping(b"are you there")))  # WebSocket's own
+    assert client.read_until(lambda frames: client.pongs == [b"are you there"], timeout=5)
 
 
 def test_a_websocket_subscriber_that_does_not_read_stops_the_publisher_as_over_tcp(
@@ -193,3 +198,29 @@ def test_a_websocket_subscriber_that_does_not_read_stops_the_publisher_as_over_t
     assert slow.read_until(lambda frames: len(frames) >= flood.limit, timeout=20)
     total = flood.finish()
     assert [number(m.body) for m in slow.messages()] == list(range(total))
+
+
+def test_pings_from_a_client_that_does_not_read_do_not_pile_up_pongs(
+    reactor, start_server, ws_clients
+):
+    """Pongs are written past the socket writer; while the socket's buffer is over its
+    bound they are left out (RFC 6455 lets a server answer only the latest ping)."""
+    server = start_server(**WS)
+    client = ws_clients(server.ports["ws"], receive_buffer=4096)
+    ping = client.websocket.send(Ping(b"p" * 125))
+    client.sock.sendall(ping * 20_000)  # 2.6 MB of pings, no pong read
+    client.send(b"SEND\ndestination:/queue/after\nreceipt:r\n\nx\0")
+
+    def held() -> int | None:
+        def measure() -> int | None:
+            for connection in server.connections:
+                if connection.client.session.session_id == client.session:
+                    sock = socket_of(connection.transport)
+                    return len(sock.dataBuffer) + sock._tempDataLen
+            return None
+
+        return call_in_reactor(reactor, measure)  # type: ignore[return-value]
+
+    assert until(lambda: server.core.destinations.get("/queue/after") is not None)
+    bound = server.transmit_bound
+    assert held() is not None and held() <= 2 * bound, (held(), bound)

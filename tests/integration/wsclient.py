@@ -20,6 +20,7 @@ from wsproto.events import (
     BytesMessage,
     CloseConnection,
     Ping,
+    Pong,
     RejectConnection,
     RejectData,
     Request,
@@ -65,6 +66,7 @@ class WsClient(SlowClient):
         self.messages_received: list[str | bytes] = []  # each WebSocket message, whole
         self.subprotocol: str | None = None
         self.close_code: int | None = None
+        self.pongs: list[bytes] = []  # the payloads of the pongs received
         self._partial: list[str | bytes] = []
         headers = [(b"origin", origin.encode())] if origin is not None else []
         self.sock.sendall(
@@ -139,6 +141,8 @@ class WsClient(SlowClient):
                     self.frames.extend(self.decoder.feed(stomp))
             elif isinstance(event, Ping):
                 self.sock.sendall(self.websocket.send(event.response()))
+            elif isinstance(event, Pong):
+                self.pongs.append(bytes(event.payload))
             elif isinstance(event, CloseConnection):
                 self.close_code = event.code
                 with contextlib.suppress(Exception):  # the server may be gone already
