@@ -124,19 +124,24 @@ class WebSocketChannel(Protocol):
             if self._received > self.handshake_bytes:
                 self._reject(431, "the WebSocket handshake is too large")
                 return
+        elif self.websocket.state is ConnectionState.CLOSED:
+            return  # both sides said goodbye: nothing more is read
         try:
             self.websocket.receive_data(data)
-            events = list(self.websocket.events())
+            self._handle_events()
         except RemoteProtocolError as error:
             self._refuse_handshake(error)
-            return
-        for event in events:
+
+    def _handle_events(self) -> None:
+        for event in self.websocket.events():
             if isinstance(event, BytesMessage):
                 self.stomp.dataReceived(bytes(event.data))
             elif isinstance(event, TextMessage):
                 self.stomp.dataReceived(event.data.encode())
             elif isinstance(event, Request):
-                self._upgrade(event)
+                if self._upgrade(event):
+                    self._read_pipelined()
+                return
             elif isinstance(event, Ping) and not self._backed_up():
                 self._write_control(event.response())
             elif isinstance(event, CloseConnection):
@@ -152,23 +157,35 @@ class WebSocketChannel(Protocol):
 
     # -- the handshake -----------------------------------------------------------------------
 
-    def _upgrade(self, request: Request) -> None:
+    def _upgrade(self, request: Request) -> bool:
+        """Answer the upgrade; True if accepted."""
         origin = next((v for k, v in request.extra_headers if k.lower() == b"origin"), None)
         if origin is not None and self.allowed_origins:
             shown = origin.decode("latin-1").rstrip("/").lower()
             if shown not in self.allowed_origins:
                 self._reject(403, f"pages of {shown[:200]} may not connect here")
-                return
+                return False
         chosen = choose_subprotocol(request.subprotocols)
         if request.subprotocols and chosen is None:
             offered = ", ".join(request.subprotocols)[:200]
             self._reject(400, f"no STOMP subprotocol ({', '.join(SUBPROTOCOLS)}) in {offered}")
-            return
+            return False
         self.transport.write(self.websocket.send(AcceptConnection(subprotocol=chosen)))  # type: ignore[union-attr]
         self.upgraded = True
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
         self.stomp.makeConnection(self)  # type: ignore[arg-type]
+        return True
+
+    def _read_pipelined(self) -> None:
+        """Read the frames a client sent right behind its upgrade request. A client should
+        wait for the 101, but wsproto's server side keeps what came after the request in
+        its HTTP parser (h11's ``trailing_data``) and never hands it on."""
+        parser = getattr(self.websocket.handshake, "_h11_connection", None)
+        pipelined = bytes(parser.trailing_data[0]) if parser is not None else b""
+        if pipelined:
+            self.websocket.receive_data(pipelined)
+            self._handle_events()
 
     def _refuse_handshake(self, error: RemoteProtocolError) -> None:
         """A request that is no WebSocket upgrade gets a 400 naming what is wrong; a broken

@@ -13,7 +13,9 @@ import ssl
 from typing import Any
 
 import pytest
-from wsproto.events import Ping
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import Ping, Request
+from wsproto.frame_protocol import FrameProtocol
 
 from tests.conftest import call_in_reactor
 from tests.integration.certificates import make_certificates
@@ -224,3 +226,44 @@ def test_pings_from_a_client_that_does_not_read_do_not_pile_up_pongs(
     assert until(lambda: server.core.destinations.get("/queue/after") is not None)
     bound = server.transmit_bound
     assert held() is not None and held() <= 2 * bound, (held(), bound)
+
+
+def test_frames_sent_along_with_the_upgrade_request_are_read(start_server):
+    """A client should wait for the 101, but one that does not loses nothing."""
+    server = start_server(**WS)
+    handshake = WSConnection(ConnectionType.CLIENT)
+    request = handshake.send(Request(host="127.0.0.1", target="/", subprotocols=["v12.stomp"]))
+    frame = FrameProtocol(client=True, extensions=[]).send_data(
+        b"CONNECT\naccept-version:1.2\n\n\0", fin=True
+    )
+    with socket.create_connection(("127.0.0.1", server.ports["ws"]), timeout=TIMEOUT) as sock:
+        sock.sendall(request + frame)
+        received = b""
+        while b"CONNECTED" not in received:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {received!r}"
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 101")
+
+
+def test_a_client_certificate_logs_in_over_secure_websocket(start_server, tmp_path, ws_clients):
+    certificates = make_certificates(tmp_path / "certificates")
+    users = UsersFile(tmp_path / "data")
+    users.set("alice", "alice-pw", "viewer")
+    users.grant("alice", None, "/queue/alice", ["write", "create"])
+    server = start_server(
+        **{
+            "WebSocketListener.tlsport": "0",
+            "TLS.certfile": str(certificates.server.cert),
+            "TLS.keyfile": str(certificates.server.key),
+            "TLS.cafile": str(certificates.ca),
+            "TLS.clientcertificates": "required",
+        }
+    )
+    context = ssl.create_default_context(cafile=str(certificates.ca))
+    context.load_cert_chain(str(certificates.client.cert), str(certificates.client.key))
+    alice = ws_clients(server.ports["wss"], tls=context)  # CONNECT without a login
+    alice.send(b"SEND\ndestination:/queue/alice\nreceipt:1\n\nmine\0")
+    assert alice.next_frame().headers["receipt-id"] == "1"
+    alice.send(b"SEND\ndestination:/queue/bob\nreceipt:2\n\nnot mine\0")
+    assert alice.next_frame().headers["message"] == "permission denied: write /queue/bob"
