@@ -372,7 +372,7 @@ class Users:
         True if it did.
 
         A file that became invalid keeps the users last read, and the error is raised
-        for the caller to report."""
+        for the caller to report, once: the file is read again when it changes again."""
         try:
             status = self.file.path.stat()
             stamp: tuple[int, int, int] | None = (
@@ -384,8 +384,9 @@ class Users:
             stamp = None
         if stamp == self._stamp:
             return False
+        self._stamp = stamp
         directory = self.file.read() if stamp is not None else Directory({}, {})
-        self._directory, self._stamp = directory, stamp
+        self._directory = directory
         self._anonymous = directory.anonymous()
         self.generation += 1
         return True

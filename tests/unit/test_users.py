@@ -99,6 +99,7 @@ def test_the_server_sees_a_user_added_while_it_runs_and_keeps_users_if_the_file_
     (tmp_path / USERS_FILE).write_text(json.dumps({"version": 1, "users": "broken"}) + " ")
     with pytest.raises(UsersFileError):
         users.refresh()
+    assert not users.refresh()  # reported once, read again once it changes
     assert users.authenticate("alice", "pw") is not None  # the users last read stay
     (tmp_path / USERS_FILE).unlink()
     users.refresh()
