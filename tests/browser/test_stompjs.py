@@ -1,5 +1,5 @@
-"""The real @stomp/stompjs client against wiremq's STOMP over WebSocket, in Node and in
-headless Chromium: login, send with receipts, subscribe with client-individual acks,
+"""The real @stomp/stompjs client against wiremq's STOMP over WebSocket, in Node (ws:// and
+wss://) and in headless Chromium: login, send with receipts, subscribe with client-individual acks,
 a binary body, heart-beats both ways while idle, and a permission refusal.
 
 The client comes from npm (``tests/browser/package.json``, installed by ``make test``
@@ -10,6 +10,7 @@ what it did is checked here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.parse
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from tests.browser.chromium import PageServer, chromium
 from tests.conftest import call_in_reactor
+from tests.integration.certificates import Certificates, make_certificates
 from tests.integration.clients import until
 from wiremq.modules.users import UsersFile
 
@@ -30,8 +32,14 @@ IDLE = 1500  # ms of silence but heart-beats: the server drops a client silent f
 
 
 @pytest.fixture
-def stomp_server(start_server, tmp_path):
-    """A server with STOMP over WebSocket; alice may use /queue/browser, not /queue/forbidden."""
+def certificates(tmp_path: Path) -> Certificates:
+    return make_certificates(tmp_path / "certificates")
+
+
+@pytest.fixture
+def stomp_server(start_server, tmp_path, certificates):
+    """A server with STOMP over WebSocket, ws:// and wss://; alice may use /queue/browser,
+    not /queue/forbidden."""
     assert STOMPJS.exists(), "no @stomp/stompjs: `make test` installs it (npm ci)"
     users = UsersFile(tmp_path / "data")
     users.set("alice", "alice-pw", "viewer")
@@ -39,15 +47,18 @@ def stomp_server(start_server, tmp_path):
     return start_server(
         **{
             "WebSocketListener.port": "0",
+            "WebSocketListener.tlsport": "0",
+            "TLS.certfile": str(certificates.server.cert),
+            "TLS.keyfile": str(certificates.server.key),
             "StompListener.heartbeatsend": str(HEARTBEAT // 2),
             "StompListener.heartbeatreceive": str(HEARTBEAT // 2),
         }
     )
 
 
-def options(server: Any) -> dict[str, Any]:
+def options(server: Any, scheme: str = "ws") -> dict[str, Any]:
     return {
-        "url": f"ws://127.0.0.1:{server.ports['ws']}/stomp",
+        "url": f"{scheme}://127.0.0.1:{server.ports[scheme]}/stomp",
         "login": "alice",
         "passcode": "alice-pw",
         "queue": "/queue/browser",
@@ -82,12 +93,15 @@ def check(seen: dict[str, Any], reactor: object, server: Any) -> None:
     assert queue()["volatile_messages"] == 0  # type: ignore[index]
 
 
-def test_stompjs_in_node(reactor, stomp_server):
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
+def test_stompjs_in_node(reactor, stomp_server, certificates, scheme):
+    given = options(stomp_server, scheme)
     done = subprocess.run(
-        ["node", "run_node.js", options(stomp_server)["url"], json.dumps(options(stomp_server))],
+        ["node", "run_node.js", given["url"], json.dumps(given)],
         cwd=HERE,
         capture_output=True,
         timeout=90,
+        env={**os.environ, "NODE_EXTRA_CA_CERTS": str(certificates.ca)},  # trusts the server
     )
     assert done.returncode == 0, done.stderr.decode()
     check(json.loads(done.stdout), reactor, stomp_server)
