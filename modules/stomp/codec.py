@@ -203,10 +203,8 @@ class FrameDecoder:
         search_from = max(pos, self._scanned - 2)
         head_end = buf.find(b"\n\n", search_from)
         crlf = buf.find(b"\n\r\n", search_from, head_end + 1 if head_end >= 0 else end)
-        if crlf >= 0:
+        if crlf >= 0:  # the last line's own CR, if any, is _parse_head's to drop
             head_end, body_start = crlf, crlf + 3
-            if buf[crlf - 1] == 13:
-                head_end -= 1
         elif head_end >= 0:
             body_start = head_end + 2
         else:

@@ -318,3 +318,16 @@ def decoder_with(limits: DecoderLimits) -> FrameDecoder:
     found = FrameDecoder(limits)
     found.version = "1.2"
     return found
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_a_cr_ending_the_last_value_before_crlf_lines_is_the_values(version):
+    """Found by bench/fuzz_codec.py: before a CRLF blank line, the last header line's CRLF
+    and a CR of its value were both taken as its end (the value lost its CR whole, and a
+    split stream was refused where the whole was not)."""
+    found = decoder_with(LIMITS)
+    found.version = version
+    [frame] = found.feed(b"SEND\r\ndestination:/q\r\r\n\r\n\0")
+    assert frame.headers["destination"] == "/q\r"
+    [same] = decoder_with(LIMITS).feed(b"SEND\ndestination:/q\r\n\r\n\0")
+    assert same.headers["destination"] == "/q"
