@@ -4,6 +4,7 @@ helpers the integration tests share (polling, filling a destination, a free port
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -134,11 +135,15 @@ class RawClient:
             data = self.sock.recv(65536)
         except TimeoutError:
             return
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):
             data = b""
         if not data:
             self.closed = True
             return
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Bytes of STOMP frames the server sent."""
         self.raw += data
         try:
             self.frames.extend(self.decoder.feed(data))

@@ -7,6 +7,7 @@ alice but is signed by another authority.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import subprocess
@@ -165,9 +166,14 @@ def test_without_a_trusted_certificate_a_required_one_fails_the_handshake(
 ):
     server = start_server(**tls(certificates, **client_certificates(certificates, "required")))
     identity = certificates.stranger if who == "stranger" else None
-    with pytest.raises((ssl.SSLError, ConnectionError)):
+    try:
         client = TlsClient(server.ports["stomp+ssl"], certificates.ca, identity=identity)
-        client.connect()  # TLS 1.3 sends the server's verdict after the client's finish
+    except (ssl.SSLError, ConnectionError):
+        return  # refused in the handshake (TLS 1.2)
+    # TLS 1.3 sends the server's verdict after the client's finish: the first read fails
+    with contextlib.suppress(ssl.SSLError, ConnectionError):  # or already on the write
+        client.send(b"CONNECT\naccept-version:1.2\n\n\0")
+    assert client.wait_closed() and not client.frames
 
 
 def test_with_optional_certificates_a_client_without_one_logs_in_with_a_password(

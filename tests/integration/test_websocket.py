@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-from typing import Any
 
 import pytest
 from wsproto import ConnectionType, WSConnection
@@ -23,19 +22,15 @@ from tests.integration.clients import TIMEOUT, connect, until
 from tests.integration.test_flow_control import (
     client_state,
     closing_after,
-    flow_state,
     number,
     watermark_state,
 )
+from tests.integration.test_flow_subscribers import TOPIC_WATERMARKS, stopped_by_the_live_buffer
 from tests.integration.wsclient import HandshakeRefused, WsClient
 from wiremq.modules.users import UsersFile
 from wiremq.server.writer import socket_of
 
 WS = {"WebSocketListener.port": "0"}
-TOPIC_WATERMARKS = {
-    "DestinationManager.topicglobalbytehighwatermark": "50000",
-    "DestinationManager.topicglobalbytelowwatermark": "25000",
-}
 
 
 @pytest.fixture
@@ -180,16 +175,7 @@ def test_a_websocket_subscriber_that_does_not_read_stops_the_publisher_as_over_t
     slow = ws_clients(server.ports["ws"], receive_buffer=4096)
     slow.subscribe("/topic/web", consumerQueueEntriesSize="5")
     flood = floods(server.port, "/topic/web")
-
-    def publisher() -> dict[str, Any]:
-        found = client_state(flow_state(reactor, server), flood.session)
-        assert found is not None
-        return found
-
-    assert until(lambda: not publisher()["reading"]), f"never stopped ({flood.sent} sent)"
-    assert flood.stalled(), "the server stopped reading but the SENDs still complete"
-    state = flow_state(reactor, server)
-    assert client_state(state, flood.session)["stopped_by"] == ["<Watermark TopicLiveBuffer>"]
+    state = stopped_by_the_live_buffer(reactor, server, flood)
     assert watermark_state(state, "TopicLiveBuffer")["tripped"]
     socket_state = next(s for s in state["sockets"] if s["session"] == slow.session)
     assert socket_state["blocked"], "the WebSocket client's writer was never paused"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import time
 from collections.abc import Sequence
 
 from wsproto import ConnectionType, WSConnection
@@ -117,17 +116,9 @@ class WsClient(SlowClient):
         message = BytesMessage(data) if binary else TextMessage(data.decode())
         self.sock.sendall(self.websocket.send(message))
 
-    def _read(self, deadline: float) -> None:
-        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = self.sock.recv(65536)
-        except TimeoutError:
-            return
-        except (ConnectionError, ssl.SSLError):
-            data = b""
-        if not data:
-            self.closed = True
-            return
+    def _take(self, data: bytes) -> None:
+        """Bytes of WebSocket frames the server sent: the STOMP in its messages is taken as
+        a raw client takes it."""
         self.websocket.receive_data(data)
         for event in self.websocket.events():
             if isinstance(event, TextMessage | BytesMessage):
@@ -136,9 +127,7 @@ class WsClient(SlowClient):
                     whole = self._partial[0][:0].join(self._partial)  # type: ignore[arg-type]
                     self._partial = []
                     self.messages_received.append(whole)
-                    stomp = whole.encode() if isinstance(whole, str) else whole
-                    self.raw = self.raw[-65536:] + stomp
-                    self.frames.extend(self.decoder.feed(stomp))
+                    super()._take(whole.encode() if isinstance(whole, str) else whole)
             elif isinstance(event, Ping):
                 self.sock.sendall(self.websocket.send(event.response()))
             elif isinstance(event, Pong):
