@@ -252,3 +252,37 @@ def test_the_coverage_guided_fuzz_target_runs_clean(tmp_path):
     output = done.stderr.decode(errors="replace")
     assert done.returncode == 0, output[-3000:]
     assert "Done 3000 runs" in output
+
+
+def _tight_limits(wires: list[bytes], frames: list[Frame]) -> DecoderLimits:
+    """The smallest limits every one of these frames fits: each is at a limit."""
+    lines = []
+    for wire in wires:
+        head = wire[: wire.index(b"\n\n") if b"\r\n\r\n" not in wire else wire.index(b"\r\n\r\n")]
+        lines.append([line.removesuffix(b"\r") for line in head.split(b"\n")])
+    return DecoderLimits(
+        max_body_bytes=max(len(f.body) for f in frames),
+        max_headers=max(1, *(len(head) - 1 for head in lines)),
+        max_header_bytes=max(len(line) for head in lines for line in head),
+    )
+
+
+@FUZZ
+@given(
+    version=st.sampled_from(["1.0", "1.1", "1.2"]).flatmap(
+        lambda v: st.tuples(
+            st.just(v), st.lists(frames(v, ["crlf", "no-length"]), min_size=1, max_size=4)
+        )
+    ),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+)
+def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
+    """An unfinished frame is refused only when it cannot become a valid one: frames that
+    are exactly at the limits decode the same whole and in any pieces."""
+    version, encoded = version
+    wires = [wire for wire, _ in encoded]
+    expected = [frame for _, frame in encoded]
+    limits = _tight_limits(wires, expected)
+    data = b"".join(wires)
+    assert _outcome(data, [], version, limits) == (expected, 0)
+    assert _outcome(data, cuts, version, limits) == (expected, 0)
