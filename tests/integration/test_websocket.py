@@ -253,3 +253,11 @@ def test_a_client_certificate_logs_in_over_secure_websocket(start_server, tmp_pa
     assert alice.next_frame().headers["receipt-id"] == "1"
     alice.send(b"SEND\ndestination:/queue/bob\nreceipt:2\n\nnot mine\0")
     assert alice.next_frame().headers["message"] == "permission denied: write /queue/bob"
+
+
+def test_an_upgrade_request_larger_than_a_connect_may_be_is_refused(start_server):
+    server = start_server(**WS, **{"StompListener.maxconnectsize": "1024"})
+    with socket.create_connection(("127.0.0.1", server.ports["ws"]), timeout=TIMEOUT) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"p" * 2000 + b"\r\n")
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 431") and b"too large" in answer
