@@ -183,13 +183,19 @@ class Authenticator:
         security = SecuritySettings.read(self.settings, "Security")
         login = headers.get("login") or None
         passcode = headers.get("passcode")
-        if login is None or (passcode is None and login == certificate):
-            if certificate is not None and users.get(certificate) is not None:
+        if certificate is not None and (
+            login is None or (passcode is None and login == certificate)
+        ):
+            if users.get(certificate) is not None:  # the certificate stands in for a passcode
                 done(self.access(certificate), certificate)
-            elif login is None and certificate is None and security.allowanonymous:
+            else:
+                self._failed(address, certificate, "the certificate names no user", refused)
+            return
+        if login is None:
+            if security.allowanonymous:
                 done(self.access(None), None)
             else:
-                self._failed(address, login or certificate, "a login is required", refused)
+                self._failed(address, None, "a login is required", refused)
             return
         password = passcode or ""
         key = hmac.new(self._key, f"{login}\0{password}".encode(), hashlib.sha256).digest()

@@ -217,3 +217,17 @@ def test_a_tls_configuration_that_cannot_work_stops_the_server_naming_the_parame
     settings = Settings(REGISTRY, given)
     with pytest.raises(ConfigError, match=message):
         TlsContextFactory(TlsSettings.read(settings, "TLS"), "config.xml")
+
+
+def test_a_certificate_that_names_no_user_is_a_failed_login(start_server, tmp_path, certificates):
+    UsersFile(tmp_path / "data").set("bob", "bob-pw", "viewer")  # no alice
+    server = start_server(
+        **tls(certificates, **client_certificates(certificates, "required")),
+        **{"Security.loginfailuredelay": "0.05"},
+    )
+    alice = TlsClient(server.ports["stomp+ssl"], certificates.ca, identity=certificates.client)
+    alice.send(b"CONNECT\naccept-version:1.2\n\n\0")
+    refused = alice.next_frame()
+    assert refused.headers["message"] == "login failed"
+    assert "the certificate names no user" in refused.body.decode()
+    assert alice.wait_closed()
