@@ -51,9 +51,21 @@ PARAMETERS = [
         "port",
         int,
         61613,
-        "TCP port of the STOMP listener (0 picks a free port)",
+        "TCP port of the STOMP listener (0 picks a free port; -1: none, for TLS only)",
         minimum=0,
         maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "StompListener",
+        "tlsport",
+        int,
+        -1,
+        "TCP port of the STOMP listener over TLS (0 picks a free port; -1: none); the "
+        "certificate is the TLS group's",
+        minimum=0,
+        maximum=65535,
+        off=-1,
     ),
     Parameter(
         "StompListener",
@@ -1009,7 +1021,160 @@ PARAMETERS += [
     ),
 ]
 
+# -- trust: logins, permissions, TLS and STOMP over WebSocket (docs/security.md) ---------
+PARAMETERS += [
+    Parameter(
+        "Security",
+        "allowanonymous",
+        bool,
+        False,
+        "Once a users file exists, accept connections without a login, with the permissions "
+        "of the groups anonymous and everyone (without a users file every connection is "
+        "anonymous and may do everything)",
+    ),
+    Parameter(
+        "Security",
+        "loginfailuredelay",
+        float,
+        1.0,
+        "How long a failed login waits for its ERROR; doubled for each further failure from "
+        "the same address, whose next login is not checked before it is answered",
+        unit="s",
+        minimum=0.0,
+        maximum=600.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "loginfailuremaxdelay",
+        float,
+        30.0,
+        "Longest delay of a failed login, however many failures the address has",
+        unit="s",
+        minimum=0.0,
+        maximum=3600.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "loginfailurememory",
+        float,
+        600.0,
+        "Failed logins from an address are forgotten this long after the last of them",
+        unit="s",
+        minimum=1.0,
+        maximum=7 * 86400.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "logincachesize",
+        int,
+        1000,
+        "Successful logins remembered (a keyed hash of name and password, in memory only), so "
+        "that a client logging in again is not hashed with scrypt again (0: none)",
+        unit="logins",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Security",
+        "accesscachesize",
+        int,
+        1000,
+        "Destinations whose permissions one connection remembers; past it they are looked up again",
+        unit="destinations",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Security",
+        "usersfilecheckinterval",
+        float,
+        1.0,
+        "How often the server looks whether the users file changed; the permissions of "
+        "connected clients follow the change",
+        unit="s",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "TLS",
+        "certfile",
+        str,
+        "",
+        "PEM file holding the server's certificate, then any intermediate certificates "
+        "(needed by every TLS listener)",
+    ),
+    Parameter("TLS", "keyfile", str, "", "PEM file holding the private key of the certificate"),
+    Parameter(
+        "TLS",
+        "cafile",
+        str,
+        "",
+        "PEM file of the certificate authorities whose client certificates are accepted",
+    ),
+    Parameter(
+        "TLS",
+        "clientcertificates",
+        str,
+        "none",
+        "Whether TLS clients present a certificate signed by TLS.cafile: none (not asked), "
+        "optional (checked if sent) or required; a client's certificate stands in for its "
+        "login (the common name names the user)",
+        choices=("none", "optional", "required"),
+    ),
+    Parameter(
+        "TLS",
+        "minimumversion",
+        str,
+        "1.2",
+        "Oldest TLS version accepted",
+        choices=("1.2", "1.3"),
+    ),
+    Parameter(
+        "WebSocketListener",
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the STOMP over WebSocket listeners bind",
+    ),
+    Parameter(
+        "WebSocketListener",
+        "port",
+        int,
+        -1,
+        "TCP port of STOMP over WebSocket, ws:// (0 picks a free port; -1: none)",
+        minimum=0,
+        maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "WebSocketListener",
+        "tlsport",
+        int,
+        -1,
+        "TCP port of STOMP over secure WebSocket, wss:// (0 picks a free port; -1: none)",
+        minimum=0,
+        maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "WebSocketListener",
+        "allowedorigins",
+        str,
+        "",
+        "Web page origins (scheme://host[:port], separated by commas) allowed to connect; "
+        "empty: any. Browsers send the page's origin; other clients send none and may connect",
+    ),
+]
+
 RELATIONS += [
+    Order(
+        "Security.loginfailuredelay",
+        "Security.loginfailuremaxdelay",
+        "a failed login's first delay is not above its longest",
+    ),
     Order(
         "MessageSpool.usageclearpercent",
         "MessageSpool.usagesetpercent",

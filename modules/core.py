@@ -9,12 +9,14 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import structlog
 
-from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
+from wiremq.config.groups import ClientBounds, ListenerSettings, ServerSettings, SpoolSettings
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
+from wiremq.modules.authentication import Authenticator
 from wiremq.modules.catalog import build_chain
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
 from wiremq.modules.destination import DestinationServices
@@ -34,6 +36,7 @@ from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.modules.subscription import UnackedLimit
 from wiremq.modules.transaction import TransactionManager
+from wiremq.modules.users import Users, UsersFile
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
 
@@ -89,6 +92,8 @@ class Core:
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
             )
         self.clients: set[ClientConnection] = set()
+        self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
+        self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
         self.connection_services = ConnectionServices(
             SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
             runtime,
@@ -101,6 +106,7 @@ class Core:
             Counter(),
             UnfinishedFrames(bounds.maxunfinishedbytes),
             bounds,
+            self.authenticator,
         )
 
         self.operations = Operations(
@@ -149,10 +155,15 @@ class Core:
         )
 
     def connect(
-        self, egress: Egress, peer: str, reader: ReadControl, now: float
+        self,
+        egress: Egress,
+        peer: str,
+        reader: ReadControl,
+        now: float,
+        certificate: Callable[[], str | None] | None = None,
     ) -> ClientConnection:
-        """A new client connection."""
-        return ClientConnection(self.connection_services, egress, peer, reader, now)
+        """A new client connection (``certificate``: see ``ClientConnection``)."""
+        return ClientConnection(self.connection_services, egress, peer, reader, now, certificate)
 
     def flow_state(self) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view."""

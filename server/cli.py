@@ -41,6 +41,11 @@ semantics, in the spirit of the iBus//MessageServer.
                                     chapter 5) and write it to config.xml
   wiremq passwd NAME --role admin   add a user, or change one's password
                                     (read from standard input)
+  wiremq grant --user NAME /queue/orders.> read write
+                                    let a user (or --group) use destinations
+  wiremq revoke --group NAME /topic/> [write]
+                                    take permissions back
+  wiremq users                      list users, groups and permissions
 """
 
 
@@ -118,8 +123,35 @@ def _parser() -> argparse.ArgumentParser:
     passwd.add_argument("name", help="the user's name")
     passwd.add_argument("--role", choices=ROLES, help="admin, operator or viewer (new users)")
     passwd.add_argument("--delete", action="store_true", help="remove the user instead")
-    passwd.add_argument("--data", metavar="DIR", help="data folder (Server.datadir)")
-    passwd.add_argument("--config", metavar="FILE", help="config.xml naming the data folder")
+    passwd.add_argument(
+        "--groups",
+        metavar="G1,G2",
+        help="the groups the user is in (their permissions add up; '' for none)",
+    )
+    _data_options(passwd)
+    for command, verb in (("grant", "give"), ("revoke", "take back")):
+        change = commands.add_parser(
+            command,
+            help=f"{verb} a user's or a group's permissions on destinations (the users file)",
+            description=(
+                f"{verb.capitalize()} permissions (read, write, create, admin) on the "
+                "destinations a pattern matches: a name, * for one level of it, > last for "
+                "the rest (/queue/orders.>), or > alone for every destination. The group "
+                "'everyone' holds what every client holds, 'anonymous' what clients without "
+                "a login hold. A running server sees the change at once."
+            ),
+        )
+        who = change.add_mutually_exclusive_group(required=True)
+        who.add_argument("--user", metavar="NAME")
+        who.add_argument("--group", metavar="NAME")
+        change.add_argument("pattern", help="destination pattern")
+        change.add_argument(
+            "permissions",
+            nargs="+" if command == "grant" else "*",
+            help="read, write, create, admin" + (" (none: all)" if command == "revoke" else ""),
+        )
+        _data_options(change)
+    _data_options(commands.add_parser("users", help="list the users, groups and permissions"))
     return parser
 
 
@@ -154,6 +186,12 @@ WIZARD_FLAGS = (
 )
 
 
+def _data_options(command: argparse.ArgumentParser) -> None:
+    """A users file command's ways to find the data folder."""
+    command.add_argument("--data", metavar="DIR", help="data folder (Server.datadir)")
+    command.add_argument("--config", metavar="FILE", help="config.xml naming the data folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "default-config":
@@ -162,8 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "parameters":
         sys.stdout.write(parameters_document(REGISTRY))
         return 0
-    if args.command == "passwd":
-        return passwd(args)
+    if args.command in USERS_COMMANDS:
+        return users_command(args)
     if args.command == "config":
         return config_check(args.file) if args.config_command == "check" else config_show(args)
     if args.command == "wizard":
@@ -259,8 +297,9 @@ def wizard(args: argparse.Namespace) -> int:
     return 0
 
 
-def passwd(args: argparse.Namespace) -> int:
-    """``wiremq passwd``: change the users file of the data folder."""
+def users_command(args: argparse.Namespace) -> int:
+    """``wiremq passwd``, ``grant``, ``revoke``, ``users``: the users file of the data
+    folder."""
     overrides = {"Server.datadir": args.data} if args.data is not None else {}
     try:
         config = load_config(args.config, overrides)
@@ -269,22 +308,65 @@ def passwd(args: argparse.Namespace) -> int:
         return 2
     users = UsersFile(ServerSettings.read(config.settings, "Server").datadir)
     try:
-        if args.delete:
-            if not users.delete(args.name):
-                print(f"wiremq: no user {args.name!r} in {users.path}", file=sys.stderr)
-                return 1
-            print(f"user {args.name!r} removed from {users.path}")
-            return 0
-        password = _read_password()
-        added = users.set(args.name, password, args.role)
+        return USERS_COMMANDS[args.command](args, users)
     except (ValueError, UsersFileError) as error:
         print(f"wiremq: {error}", file=sys.stderr)
         return 2
     except OSError as error:
         print(f"wiremq: {users.path}: {error.strerror}", file=sys.stderr)
         return 1
+
+
+def passwd(args: argparse.Namespace, users: UsersFile) -> int:
+    if args.delete:
+        if not users.delete(args.name):
+            print(f"wiremq: no user {args.name!r} in {users.path}", file=sys.stderr)
+            return 1
+        print(f"user {args.name!r} removed from {users.path}")
+        return 0
+    groups = args.groups.split(",") if args.groups is not None else None
+    password = _read_password()
+    added = users.set(args.name, password, args.role, groups)
     print(f"user {args.name!r} {'added to' if added else 'changed in'} {users.path}")
     return 0
+
+
+def grant(args: argparse.Namespace, users: UsersFile) -> int:
+    users.grant(args.user, args.group, args.pattern, args.permissions)
+    print(f"{_who(args)} may {' '.join(args.permissions)} {args.pattern} ({users.path})")
+    return 0
+
+
+def revoke(args: argparse.Namespace, users: UsersFile) -> int:
+    if not users.revoke(args.user, args.group, args.pattern, args.permissions or None):
+        print(f"wiremq: {_who(args)} had none of that on {args.pattern}", file=sys.stderr)
+        return 1
+    print(f"{_who(args)}: permissions on {args.pattern} taken back ({users.path})")
+    return 0
+
+
+def _who(args: argparse.Namespace) -> str:
+    return f"user {args.user!r}" if args.user is not None else f"group {args.group!r}"
+
+
+def list_users(args: argparse.Namespace, users: UsersFile) -> int:
+    directory = users.read()
+    if not users.exists():
+        print(f"no users file ({users.path}): every client may do everything")
+        return 0
+    for user in sorted(directory.users.values(), key=lambda u: u.name):
+        groups = f" groups {','.join(user.groups)}" if user.groups else ""
+        print(f"user {user.name} ({user.role}){groups}")
+        for own in user.permissions:
+            print(f"  {own.pattern}: {' '.join(own.permissions)}")
+    for name, grants in sorted(directory.groups.items()):
+        print(f"group {name}")
+        for held in grants:
+            print(f"  {held.pattern}: {' '.join(held.permissions)}")
+    return 0
+
+
+USERS_COMMANDS = {"passwd": passwd, "grant": grant, "revoke": revoke, "users": list_users}
 
 
 def _read_password() -> str:
@@ -338,8 +420,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"wiremq: cannot open the stores: {error}", file=sys.stderr)
         return 1
     except UsersFileError as error:
-        print(f"wiremq: cannot read the users file: {error}", file=sys.stderr)
-        return 1
+        print(f"wiremq: users file: {error}", file=sys.stderr)
+        return 2
     except CannotListenError as error:
         print(f"wiremq: cannot listen: {error.socketError}", file=sys.stderr)
         return 1

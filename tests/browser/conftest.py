@@ -12,25 +12,13 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
+from tests.browser.chromium import FLAGS
 from tests.integration.conftest import floods, slow_clients  # noqa: F401  (fixtures)
 from tests.integration.console import console, console_of  # noqa: F401  (fixtures)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
-# This machine's network is closed: without the background-networking flags Chromium's own
-# connections are refused and slow it down.
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +27,7 @@ def browser() -> Iterator[webdriver.Chrome]:
     profile = tempfile.mkdtemp(prefix="wiremq-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+    for flag in (*FLAGS, "--window-size=1400,1000", f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:

@@ -323,3 +323,31 @@ def test_a_change_waiting_for_a_restart_is_in_force_after_it(tmp_path):
         process.kill()
         process.wait()
     assert (tmp_path / "config.xml").is_file()
+
+
+def test_grant_revoke_and_users_change_and_show_groups_and_permissions(tmp_path):
+    data = tmp_path / "data"
+
+    def wiremq(*args: str, password: str = "") -> subprocess.CompletedProcess[str]:
+        command = [*WIREMQ, *args, "--data", str(data)]
+        return subprocess.run(command, input=password, capture_output=True, text=True)
+
+    assert "every client may do everything" in wiremq("users").stdout
+    assert (
+        wiremq("passwd", "alice", "--role", "viewer", "--groups", "t", password="pw\n").returncode
+        == 0
+    )
+    assert wiremq("grant", "--user", "alice", "/queue/a.>", "read", "write").returncode == 0
+    assert wiremq("grant", "--group", "t", "/topic/p.*", "admin").returncode == 0
+    listed = wiremq("users").stdout
+    assert "user alice (viewer) groups t\n  /queue/a.>: read write" in listed
+    assert "group t\n  /topic/p.*: admin" in listed
+    assert wiremq("revoke", "--user", "alice", "/queue/a.>", "write").returncode == 0
+    assert [g.permissions for g in UsersFile(data).load()["alice"].permissions] == [["read"]]
+    nothing = wiremq("revoke", "--group", "t", "/queue/none")
+    assert nothing.returncode == 1 and "had none" in nothing.stderr
+    bad = wiremq("grant", "--group", "t", "queue", "read")
+    assert bad.returncode == 2 and "destination pattern 'queue'" in bad.stderr
+    unknown = wiremq("grant", "--user", "bob", "/queue/a", "read")
+    assert unknown.returncode == 2 and "no user 'bob'" in unknown.stderr
+    assert UsersFile(data).load()["alice"].groups == ("t",)

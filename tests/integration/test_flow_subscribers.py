@@ -17,6 +17,7 @@ from tests.conftest import call_in_reactor
 from tests.integration.clients import TIMEOUT, RawClient, connect, until
 from tests.integration.test_flow_control import (
     READ_CHUNK,
+    Flood,
     client_state,
     flow_state,
     number,
@@ -48,6 +49,22 @@ def _subscription(state: dict[str, Any], session: str) -> dict[str, Any]:
     return subscription
 
 
+def stopped_by_the_live_buffer(reactor: object, server: Any, flood: Flood) -> dict[str, Any]:
+    """Wait until the topic live buffer's watermark stops ``flood``'s publisher (its socket
+    not read, its SENDs no longer completing); the flow state then."""
+
+    def publisher() -> dict[str, Any]:
+        found = client_state(flow_state(reactor, server), flood.session)
+        assert found is not None
+        return found
+
+    assert until(lambda: not publisher()["reading"]), f"never stopped ({flood.sent} sent)"
+    assert flood.stalled(), "the server stopped reading but the SENDs still complete"
+    state = flow_state(reactor, server)
+    assert client_state(state, flood.session)["stopped_by"] == ["<Watermark TopicLiveBuffer>"]
+    return state
+
+
 def _after_error(frames: list[Frame]) -> list[Frame]:
     """Frames a client received after an ERROR: there must be none."""
     commands = [f.command for f in frames]
@@ -66,16 +83,7 @@ def test_block_stops_the_publisher_within_the_live_buffer_until_the_slow_one_rea
     slow.subscribe("/topic/block", **{window: "5"})
     fast, recorder = _subscribed(server.port, "/topic/block")
     flood = floods(server.port, "/topic/block")
-
-    def publisher() -> dict[str, Any]:
-        found = client_state(flow_state(reactor, server), flood.session)
-        assert found is not None
-        return found
-
-    assert until(lambda: not publisher()["reading"]), f"never stopped ({flood.sent} sent)"
-    assert flood.stalled(), "the server stopped reading but the SENDs still complete"
-    state = flow_state(reactor, server)
-    assert client_state(state, flood.session)["stopped_by"] == ["<Watermark TopicLiveBuffer>"]
+    state = stopped_by_the_live_buffer(reactor, server, flood)
     live = watermark_state(state, "TopicLiveBuffer")
     assert live["tripped"] and 25_000 < live["bytes"] <= 50_000 + READ_CHUNK
     (topic,) = state["topics"]

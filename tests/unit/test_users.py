@@ -99,7 +99,81 @@ def test_the_server_sees_a_user_added_while_it_runs_and_keeps_users_if_the_file_
     (tmp_path / USERS_FILE).write_text(json.dumps({"version": 1, "users": "broken"}) + " ")
     with pytest.raises(UsersFileError):
         users.refresh()
+    assert not users.refresh()  # reported once, read again once it changes
     assert users.authenticate("alice", "pw") is not None  # the users last read stay
     (tmp_path / USERS_FILE).unlink()
     users.refresh()
     assert not users.configured and len(users) == 0
+
+
+def test_a_version_1_file_is_read_and_written_back_as_version_2(tmp_path):
+    stored = hash_password("pw")
+    (tmp_path / USERS_FILE).write_text(
+        json.dumps({"version": 1, "users": {"old": {"role": "operator", "password": stored}}})
+    )
+    users = UsersFile(tmp_path)
+    [old] = users.load().values()
+    assert (old.name, old.role, old.groups, old.grants) == ("old", "operator", (), ())
+    users.set("new", "pw2", "viewer", ["g"])
+    document = json.loads((tmp_path / USERS_FILE).read_text())
+    assert document["version"] == 2
+    assert document["users"]["old"] == {"role": "operator", "password": stored}
+    assert document["users"]["new"]["groups"] == ["g"]
+
+
+def test_groups_and_grants_are_kept_resolved_and_revoked(tmp_path):
+    users = UsersFile(tmp_path)
+    users.set("alice", "pw", "operator", ["traders", "ops"])
+    users.grant("alice", None, "/queue/alice.>", ["read", "write"])
+    users.grant(None, "traders", "/topic/prices.>", ["read"])
+    users.grant(None, "traders", "/topic/prices.>", ["create"])  # adds to the same pattern
+    users.grant(None, "everyone", "/topic/news", ["read"])
+    alice = users.load()["alice"]
+    assert alice.groups == ("traders", "ops")
+    assert [(g.pattern, g.permissions) for g in alice.grants] == [
+        ("/queue/alice.>", ["read", "write"]),
+        ("/topic/prices.>", ["read", "create"]),
+        ("/topic/news", ["read"]),
+    ]
+    users.set("alice", "pw2", None)  # a new password keeps groups and grants
+    assert users.load()["alice"].grants == alice.grants
+    assert users.revoke(None, "traders", "/topic/prices.>", None)
+    assert not users.revoke(None, "traders", "/topic/prices.>", None)
+    assert "traders" not in users.read().groups  # a group left without grants goes
+    assert users.revoke("alice", None, "/queue/alice.>", ["write"])
+    assert [g.permissions for g in users.load()["alice"].permissions] == [["read"]]
+    with pytest.raises(ValueError, match="no user 'carol'"):
+        users.grant("carol", None, "/queue/a", ["read"])
+    with pytest.raises(ValueError, match="not one of"):
+        users.grant("alice", None, "/queue/a", ["fly"])
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"permissions": {"/queue/a": ["fly"]}}, "user 'x': permission 'fly'"),
+        ({"permissions": {"queue": ["read"]}}, "user 'x': destination pattern 'queue'"),
+        ({"permissions": {"/queue/a": "read"}}, "must be a list"),
+        ({"permissions": ["/queue/a"]}, "must map destination patterns"),
+        ({"groups": ["a:b"]}, "without ':'"),
+    ],
+)
+def test_bad_groups_and_permissions_are_refused_naming_the_user(tmp_path, entry, message):
+    user = {"role": "viewer", "password": "x", **entry}
+    (tmp_path / USERS_FILE).write_text(json.dumps({"version": 2, "users": {"x": user}}))
+    with pytest.raises(UsersFileError, match=message):
+        UsersFile(tmp_path).load()
+
+
+def test_the_anonymous_user_holds_the_anonymous_and_everyone_grants(tmp_path):
+    users_file = UsersFile(tmp_path)
+    users_file.set("alice", "pw", "viewer")
+    users_file.grant(None, "anonymous", "/topic/public", ["read"])
+    users_file.grant(None, "everyone", "/topic/news", ["read"])
+    users = Users(users_file)
+    assert [g.pattern for g in users.anonymous.grants] == ["/topic/public", "/topic/news"]
+    assert [g.pattern for g in users.get("alice").grants] == ["/topic/news"]
+    assert users.authenticate("", "") is None  # the anonymous user cannot log in
+    generation = users.generation
+    users_file.grant(None, "everyone", "/topic/more", ["read"])
+    assert users.refresh() and users.generation == generation + 1
