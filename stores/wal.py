@@ -317,6 +317,10 @@ class WriteAheadLog:
         fd = os.open(path, os.O_RDWR)
         segment = Segment(self._next_lsn, path, size)
         with self._lock:
+            if self._segments and self._segments[-1].first == segment.first:
+                # The current segment held no record and had this name: the rename
+                # replaced it, and it must not be released (unlinked) over the new one.
+                self._segments.pop()
             self._segments.append(segment)
         if self._fd >= 0:
             os.close(self._fd)

@@ -165,6 +165,24 @@ def test_a_record_bigger_than_a_segment_gets_one_of_its_own(tmp_path: Path) -> N
     store.close()
 
 
+def test_a_big_record_that_replaces_an_empty_segment_is_kept(tmp_path: Path) -> None:
+    """The new segment of a record bigger than a segment takes the name of an empty one
+    (both are named after that record): the empty one must not be released over it."""
+    store = open_store(tmp_path, segment_bytes=4096)
+    send(store, message("big", body=b"b" * 10_000))
+    assert len(segments(tmp_path)) == 1
+    store._wal.release(0)  # nothing applied yet: nothing may go
+    crash(store)
+    store = open_store(tmp_path, segment_bytes=4096)
+    assert stored_ids(store) == ["big"]
+    store.catch_up(10.0)
+    send(store, message("after"))
+    store.close()
+    store = open_store(tmp_path, segment_bytes=4096)
+    assert stored_ids(store) == ["big", "after"]
+    store.close()
+
+
 def test_a_missing_segment_is_refused(tmp_path: Path) -> None:
     store = open_store(tmp_path, segment_bytes=4096)
     for i in range(40):
