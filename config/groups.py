@@ -228,3 +228,30 @@ class CleanupIntervalSettings(SettingsGroup):
     """A memory store's cleanup period (VolQueueStoreImpl)."""
 
     cleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMemorySettings(SettingsGroup):
+    """TransactionMemSizeManager: the bytes open transactions may hold, and what then."""
+
+    uncommittedtxmemsizelimit: int
+    txmemsizereducestategy: str
+    txtypeorder: str
+
+
+@dataclass(frozen=True, slots=True)
+class XASettings(SettingsGroup):
+    """XATransactionController."""
+
+    defaulttimeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemWatchSettings(SettingsGroup):
+    """MemWatch: the server's memory, its levels and the socket reader's check."""
+
+    maxmemory: int
+    messagethreshold: int
+    whenfull: str
+    checkinterval: float
+    hysteresis: float

@@ -905,6 +905,115 @@ PARAMETERS += [
     ),
 ]
 
+# -- advanced memory management (chapter 3 of the manual) ------------------------------------
+# TransactionMemSizeManager's reduce strategies and order qualifiers (modules/txmemory.py).
+STRATEGIES = ("MAXBYTES", "MAXMESSAGES", "ALL", "NONE", "OLDESTTX", "YOUNGESTTX")
+ORDERS = (
+    "MIXEDFIRSTSTANDARD",
+    "MIXEDFIRSTXA",
+    "FIRSTXA",
+    "FIRSTSTANDARD",
+    "ONLYXA",
+    "ONLYSTANDARD",
+)
+
+PARAMETERS += [
+    Parameter(
+        "TransactionMemSizeManager",
+        "uncommittedtxmemsizelimit",
+        int,
+        2_000_000,
+        "Bytes of messages held in open transactions (standard and XA) in all; past it "
+        "the reduce strategy discards transactions",
+        unit="bytes",
+        minimum=1,
+        maximum=1 << 40,
+    ),
+    Parameter(
+        "TransactionMemSizeManager",
+        "txmemsizereducestategy",
+        str,
+        "MAXBYTES",
+        "Which transactions are discarded when the limit is reached: the largest in bytes, "
+        "the one with most messages, all, none (the producer is stopped instead), the "
+        "oldest or the youngest first",
+        choices=STRATEGIES,
+        aliases=("txmemsizereducestrategy",),
+    ),
+    Parameter(
+        "TransactionMemSizeManager",
+        "txtypeorder",
+        str,
+        "MIXEDFIRSTSTANDARD",
+        "How the strategy takes standard and XA transactions: alternately (standard or XA "
+        "first), every one of a kind before the other, or only one kind",
+        choices=ORDERS,
+    ),
+    Parameter(
+        "XATransactionController",
+        "defaulttimeout",
+        float,
+        60.0,
+        "Timeout of an XA branch whose BEGIN gives none (xa-timeout); a branch not "
+        "prepared within it is rolled back",
+        unit="s",
+        minimum=0.1,
+        maximum=30 * 86400.0,
+    ),
+    Parameter(
+        "MemWatch",
+        "maxmemory",
+        int,
+        512 * MIB,
+        "The server's memory: MemWatch's levels are fractions of it, measured as the "
+        "process's resident memory (which includes the interpreter, about 45 MB idle)",
+        unit="bytes",
+        minimum=16 * MIB,
+        maximum=1 << 44,
+    ),
+    Parameter(
+        "MemWatch",
+        "messagethreshold",
+        int,
+        65535,
+        "Frames with a larger body are read only after a memory check; smaller ones are "
+        "read without one (raising it speeds up small messages)",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 40,
+    ),
+    Parameter(
+        "MemWatch",
+        "whenfull",
+        str,
+        "wait",
+        "What the socket reader does with a large frame while memory is at the top "
+        "level: stop reading that client until memory is free, or disconnect it with "
+        "an ERROR",
+        choices=("wait", "disconnect"),
+    ),
+    Parameter(
+        "MemWatch",
+        "checkinterval",
+        float,
+        0.5,
+        "Time between two measurements of the server's memory",
+        unit="s",
+        minimum=0.01,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "MemWatch",
+        "hysteresis",
+        float,
+        0.05,
+        "A level is left only once memory is this fraction of maxmemory below where it "
+        "begins (a level in config.xml may say its own with clear=)",
+        minimum=0.0,
+        maximum=0.5,
+    ),
+]
+
 RELATIONS += [
     Order(
         "MessageSpool.usageclearpercent",

@@ -44,6 +44,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    TransactionError,
     Unsubscribe,
 )
 from wiremq.modules.stomp.frames import ProtocolError
@@ -240,6 +241,13 @@ class ClientConnection:
     def unit_failed(self, unit: Unit, refusal: Refused) -> None:
         self.fail(refusal, unit.receipt)
         self._done(None)
+
+    def transaction_discarded(self, name: str, refusal: Refused) -> None:
+        """A transaction of this client was discarded: it is told at once (its COMMIT
+        will fail with the same ERROR)."""
+        data = self.session.send(TransactionError(name, refusal.message, refusal.detail))
+        if data:
+            self.egress.push(data)
 
     def _done(self, receipt: str | None, count: int = 1) -> None:
         """``count`` pieces of this client's work are done; ``receipt`` is sent."""

@@ -12,7 +12,12 @@ from collections import Counter
 
 import structlog
 
-from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
+from wiremq.config.groups import (
+    ClientBounds,
+    ListenerSettings,
+    SpoolSettings,
+    TransactionMemorySettings,
+)
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
 from wiremq.modules.catalog import build_chain
@@ -82,7 +87,11 @@ class Core:
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
         bounds = ClientBounds.read(settings, "StompListener")
-        self.transactions = TransactionManager(bounds.maxtransactions)
+        self.transactions = TransactionManager(
+            bounds.maxtransactions,
+            TransactionMemorySettings.read(settings, "TransactionMemSizeManager"),
+            runtime.monotonic,
+        )
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)

@@ -417,7 +417,14 @@ class _Reader:
             size += len(payload)
             self._pos = end
             self.next_lsn += 1
+        self._forget_read()
         return found
+
+    def _forget_read(self) -> None:
+        """Let go of the mapped pages already read (they count in the process's memory
+        while mapped): a record of a large message is copied out and not read again."""
+        if self._map is not None and self._pos >= mmap.PAGESIZE:
+            self._map.madvise(mmap.MADV_DONTNEED, 0, self._pos - self._pos % mmap.PAGESIZE)
 
     def _enter(self, segment: Segment) -> None:
         if segment is self._segment:

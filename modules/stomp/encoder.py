@@ -70,6 +70,12 @@ def error(
     return encode_frame("ERROR", headers, (detail or message).encode(), version)
 
 
+def transaction_error(message: str, detail: str, transaction: str, version: str) -> bytes:
+    """An ERROR frame naming a transaction (``transaction`` header) the server discarded."""
+    headers = [("message", message), ("transaction", transaction), ("content-type", "text/plain")]
+    return encode_frame("ERROR", headers, (detail or message).encode(), version)
+
+
 def subscription_head(sub_id: str, version: str) -> bytes:
     """The head of every MESSAGE one subscription receives (before any ``ack`` line)."""
     return MESSAGE_COMMAND + b"subscription:" + escape(sub_id, version).encode() + b"\n"

@@ -112,8 +112,18 @@ class Error(NamedTuple):
     receipt_id: str | None
 
 
+class TransactionError(NamedTuple):
+    """An ERROR naming a transaction the server discarded, sent at once; unlike ``Error``
+    the connection stays open (wiremq's extension: the transaction's COMMIT fails with
+    the same ERROR, which then ends the connection)."""
+
+    transaction: str
+    message: str
+    detail: str
+
+
 class Heartbeat(NamedTuple):
     pass
 
 
-Reply = Connected | Receipt | Error | Heartbeat
+Reply = Connected | Receipt | Error | TransactionError | Heartbeat

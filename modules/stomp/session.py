@@ -9,7 +9,9 @@ the events and writes the bytes. Time is passed in, so heart-beat rules are
 tested on a fake clock.
 
 Once the client broke the protocol (a ``BadInput`` event) or said DISCONNECT,
-nothing more is read; once an ERROR was encoded, nothing more is sent.
+nothing more is read; once an ERROR was encoded, nothing more is sent (but for
+the ERROR that names a discarded transaction, ``TransactionError``, after which
+the connection goes on).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    TransactionError,
     Unsubscribe,
 )
 from wiremq.modules.stomp.frames import VERSIONS, Frame, ProtocolError
@@ -170,6 +173,10 @@ class StompSession:
             return encoder.HEARTBEAT
         if isinstance(reply, Connected):
             return encoder.connected(version, SERVER_NAME, self.session_id, self.heart_beat)
+        if isinstance(reply, TransactionError):
+            return encoder.transaction_error(
+                reply.message, reply.detail, reply.transaction, version
+            )
         self.closed = True
         self.reading = False
         offer = ",".join(VERSIONS) if self.version is None else ""
