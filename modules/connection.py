@@ -26,6 +26,7 @@ from wiremq.modules.errors import Refused
 from wiremq.modules.flow.egress_queues import Policy
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
+from wiremq.modules.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch, Pipelines
@@ -91,6 +92,7 @@ class ConnectionServices:
     addresses: Counter[str]  # connections open per client address
     unfinished: UnfinishedFrames
     bounds: ClientBounds
+    memwatch: MemWatch
 
 
 class ClientConnection:
@@ -128,6 +130,7 @@ class ClientConnection:
         self._sends_domain = ""
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
+        self._checked = -1  # the pending frame MemWatch checked (by the decoder's count)
         services.clients.add(self)
         services.addresses[self.address] += 1
 
@@ -173,8 +176,29 @@ class ClientConnection:
                 self._hold(events[index + 1 :])
                 return
         self._submit()
-        self.services.unfinished.held(self, self.session.decoder.buffered)
+        decoder = self.session.decoder
+        buffered = decoder.buffered
+        self.services.unfinished.held(self, buffered)
+        if buffered and decoder.completed != self._checked:
+            self._check_memory()
         self._check_connect_size()
+
+    def _check_memory(self) -> None:
+        """MemWatch's check before a large frame is read (once per frame)."""
+        decoder = self.session.decoder
+        services = self.services
+        size = decoder.pending_size
+        if size <= services.memwatch.settings.messagethreshold:
+            return
+        self._checked = decoder.completed
+        if not services.memwatch.check_frame(self, size):
+            self.fail(
+                Refused(
+                    "server memory full",
+                    f"a frame of {size} bytes arrived while the server's memory is at its "
+                    "top level (MemWatch.whenfull is disconnect)",
+                )
+            )
 
     def _check_connect_size(self) -> None:
         """Until CONNECT is read, a client may only make the server hold a little."""
@@ -315,6 +339,7 @@ class ClientConnection:
         services = self.services
         services.destinations.forget_producer(self)
         services.unfinished.forget(self)
+        services.memwatch.forget(self)
         if self in services.clients:
             services.clients.discard(self)
             services.addresses[self.address] -= 1

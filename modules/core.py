@@ -9,18 +9,20 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import structlog
 
 from wiremq.config.groups import (
     ClientBounds,
     ListenerSettings,
+    MemWatchSettings,
     SpoolSettings,
     TransactionMemorySettings,
 )
 from wiremq.config.settings import Settings
-from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
-from wiremq.modules.catalog import build_chain
+from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
+from wiremq.modules.catalog import build_chain, build_memory_levels
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
 from wiremq.modules.destination import DestinationServices
 from wiremq.modules.destinations import Destinations
@@ -28,9 +30,11 @@ from wiremq.modules.durable import ReplayManager
 from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import Expiry
 from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
+from wiremq.modules.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
@@ -53,7 +57,11 @@ class Core:
         runtime: Runtime,
         store: MessageStore | None,
         pipelines: dict[str, list[ModuleSpec]],
+        memory_levels: list[LevelSpec] | None = None,
+        measure_memory: Callable[[], int] | None = None,
     ) -> None:
+        """``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
+        process's resident bytes (None: MemWatch goes by its estimate)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
@@ -97,6 +105,19 @@ class Core:
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
             )
         self.clients: set[ClientConnection] = set()
+        memwatch = MemWatchSettings.read(settings, "MemWatch")
+        self.memwatch = MemWatch(
+            memwatch,
+            build_memory_levels(
+                memory_levels if memory_levels is not None else default_memory_levels(),
+                memwatch,
+                runtime,
+            ),
+            runtime,
+            measure_memory,
+            self.memory_estimate,
+        )
+        self.unfinished = UnfinishedFrames(bounds.maxunfinishedbytes)
         self.connection_services = ConnectionServices(
             SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
             runtime,
@@ -107,8 +128,9 @@ class Core:
             self.persistence,
             self.clients,
             Counter(),
-            UnfinishedFrames(bounds.maxunfinishedbytes),
+            self.unfinished,
             bounds,
+            self.memwatch,
         )
 
     def module_context(self, domain: str) -> ModuleContext:
@@ -147,6 +169,26 @@ class Core:
         """A new client connection."""
         return ClientConnection(self.connection_services, egress, peer, reader, now)
 
+    def memory_estimate(self) -> dict[str, int]:
+        """The bytes the server knows it holds, by where (an estimate: a message in a
+        live buffer and in a client's egress counts in both, an egress entry by its work
+        units of 2,048 bytes)."""
+        flow = self.flow
+        persistence = self.persistence
+        return {
+            "unfinished frames": self.unfinished.total,
+            "open transactions": self.transactions.memory.total,
+            "pipeline buffers": sum(
+                gate.gauge.bytes for domain in DOMAINS for gate in flow.gates[domain][2:]
+            )
+            + self.spool.pending.total_bytes(),
+            "queue live buffers": persistence.cache_bytes if persistence is not None else 0,
+            "VolQueueStore": flow.volatile.gauge.bytes,
+            "topic live buffers": flow.live.gauge.bytes,
+            "durable replays": self.replays.reading_bytes,
+            "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
+        }
+
     def flow_state(self) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view."""
         return {
@@ -154,8 +196,10 @@ class Core:
             "queues": [q.state() for q in self.destinations.queues.values()],
             "topics": [t.state() for t in self.destinations.topics.values()],
             "clients": [c.state() for c in self.clients],
-            "unfinished_frame_bytes": self.connection_services.unfinished.total,
-            "unfinished_frame_bytes_peak": self.connection_services.unfinished.peak,
+            "unfinished_frame_bytes": self.unfinished.total,
+            "unfinished_frame_bytes_peak": self.unfinished.peak,
+            "memory": self.memwatch.state(),
+            "transactions": self.transactions.memory.state(),
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 import structlog
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
@@ -35,6 +36,14 @@ from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 log = structlog.get_logger("wiremq.server")
+
+
+_PROCESS = psutil.Process()
+
+
+def resident_memory() -> int:
+    """The server process's resident memory (RSS), in bytes: MemWatch's measured figure."""
+    return int(_PROCESS.memory_info().rss)
 
 
 class WiremqServer:
@@ -74,7 +83,14 @@ class WiremqServer:
         data.mkdir(parents=True, exist_ok=True)
         self.store = open_store(self.settings)
         try:
-            self.core = Core(self.settings, self.runtime, self.store, self.config.pipelines)
+            self.core = Core(
+                self.settings,
+                self.runtime,
+                self.store,
+                self.config.pipelines,
+                self.config.memory_levels,
+                resident_memory,
+            )
             self.core.restore()
             self.listening = self.reactor.listenTCP(
                 self.listener.port, StompFactory(self), interface=self.listener.host
@@ -96,6 +112,7 @@ class WiremqServer:
 
     def _start_cleanups(self, core: Core) -> None:
         settings, runtime = self.settings, self.runtime
+        core.memwatch.start()
         destinations = core.destinations
         persistence = core.persistence
         assert persistence is not None
@@ -225,6 +242,8 @@ class WiremqServer:
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()
+        if self.core is not None:
+            self.core.memwatch.stop()
         yield self.runtime.stop_workers()
         if self.store is not None:
             self.store.close()

@@ -98,6 +98,7 @@ class FrameDecoder:
         self._body: bytes | None = None  # the pending frame's large body, being filled
         self._filled = 0  # bytes of ``_body`` filled so far
         self._head_size = 0  # bytes of the head of the frame whose body is being filled
+        self.completed = 0  # frames decoded so far (tells one pending frame from the next)
         self.error: ProtocolError | None = None
 
     @property
@@ -125,6 +126,7 @@ class FrameDecoder:
             self.error = error
             if not frames:
                 raise
+        self.completed += len(frames)
         return frames
 
     def _decode(self, data: bytes, frames: list[Frame]) -> None:
