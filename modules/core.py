@@ -19,6 +19,7 @@ from wiremq.config.groups import (
     MemWatchSettings,
     SpoolSettings,
     TransactionMemorySettings,
+    XASettings,
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
@@ -42,6 +43,7 @@ from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.modules.subscription import UnackedLimit
 from wiremq.modules.transaction import TransactionManager
+from wiremq.modules.xa import PREPARED_AREA, XAController
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
 
@@ -118,6 +120,14 @@ class Core:
             self.memory_estimate,
         )
         self.unfinished = UnfinishedFrames(bounds.maxunfinishedbytes)
+        self.xa = XAController(
+            XASettings.read(settings, "XATransactionController"),
+            self.transactions,
+            self.persistence,
+            self.destinations,
+            self.pipelines.submit,
+            runtime,
+        )
         self.connection_services = ConnectionServices(
             SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
             runtime,
@@ -131,6 +141,7 @@ class Core:
             self.unfinished,
             bounds,
             self.memwatch,
+            self.xa,
         )
 
     def module_context(self, domain: str) -> ModuleContext:
@@ -148,14 +159,20 @@ class Core:
 
     def restore(self) -> None:
         """Recreate the queues that have stored messages (read back on demand), count what
-        the store holds in its watermarks, and load the durable subscriptions."""
+        the store holds in its watermarks, load the durable subscriptions and the prepared
+        XA branches."""
         if self.persistence is None or self.store is None:
             return
         store = self.store
-        queues = [name for name in store.destinations(QUEUE_PREFIX) if store.count(name)[0]]
+        queues = [
+            name
+            for name in store.destinations(QUEUE_PREFIX)
+            if name != PREPARED_AREA and store.count(name)[0]
+        ]
         self.destinations.restore(queues)
         self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
         subscriptions = self.persistence.load_durable_subscriptions()
+        self.xa.restore(store)
         log.info(
             "broker.restored",
             queues=len(queues),
@@ -199,7 +216,7 @@ class Core:
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,
             "memory": self.memwatch.state(),
-            "transactions": self.transactions.memory.state(),
+            "transactions": {**self.transactions.memory.state(), "xa": self.xa.state()},
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,

@@ -43,12 +43,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wiremq.transaction")
 
 
-class TransactionOwner(Protocol):
-    """The connection a transaction belongs to: told how its COMMIT ended, told at once
-    when its transaction is discarded, and stopped while transactions hold too much."""
+class UnitOwner(Protocol):
+    """Who is told how a COMMIT ended."""
 
     def unit_completed(self, unit: Unit) -> None: ...
     def unit_failed(self, unit: Unit, refusal: Refused) -> None: ...
+
+
+class TransactionOwner(UnitOwner, Protocol):
+    """The connection a transaction belongs to: told how its COMMIT ended, told at once
+    when its transaction is discarded, and stopped while transactions hold too much."""
+
     def transaction_discarded(self, name: str, refusal: Refused) -> None: ...
     def stop_reading(self, reason: object) -> None: ...
     def start_reading(self, reason: object) -> None: ...
@@ -57,6 +62,22 @@ class TransactionOwner(Protocol):
 # An acknowledgement held until COMMIT: applied then, it returns the messages it took
 # from their consumer, their destination and what the store must change for it.
 HeldAck = Callable[[], "tuple[Subscription, list[Message], StoreTransaction] | None"]
+Taken = list["tuple[Subscription, list[Message]]"]  # messages acknowledgements took
+
+
+def apply_acks(acks: list[HeldAck]) -> tuple[list[StoreTransaction], Taken]:
+    """Apply a transaction's held acknowledgements, in order: what each changes in the
+    store, and the messages they took from their consumers, by subscription."""
+    changes = []
+    taken = []
+    for ack in acks:
+        applied = ack()
+        if applied is not None:
+            subscription, messages, change = applied
+            changes.append(change)
+            if messages:
+                taken.append((subscription, messages))
+    return changes, taken
 
 
 @dataclass(eq=False)
@@ -270,12 +291,12 @@ class Unit:
 
     def __init__(
         self,
-        owner: TransactionOwner,
+        owner: UnitOwner,
         name: str,
         receipt: str | None,
         messages: list[Message],
         changes: StoreTransaction,
-        taken: list[tuple[Subscription, list[Message]]],
+        taken: Taken,
         persistence: Persistence | None,
         now_ms: int,
     ) -> None:

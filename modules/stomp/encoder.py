@@ -57,6 +57,13 @@ def receipt(receipt_id: str, version: str) -> bytes:
     return b"RECEIPT\nreceipt-id:" + escape(receipt_id, version).encode() + b"\n\n\0"
 
 
+def recovered(receipt_id: str, xids: list[str], version: str) -> bytes:
+    """RECOVER's RECEIPT: how many XA branches are prepared, and their XIDs (XIDs hold
+    no comma)."""
+    headers = (("receipt-id", receipt_id), ("xa-count", str(len(xids))), ("xids", ",".join(xids)))
+    return encode_frame("RECEIPT", headers, b"", version)
+
+
 def error(
     message: str, detail: str, receipt_id: str | None, version: str, offer_versions: str = ""
 ) -> bytes:

@@ -70,6 +70,12 @@ class Abort(NamedTuple):
     headers: dict[str, str]
 
 
+class Recover(NamedTuple):
+    """RECOVER (wiremq's XA extension): which XA branches are prepared."""
+
+    headers: dict[str, str]
+
+
 class Disconnect(NamedTuple):
     headers: dict[str, str]
 
@@ -89,6 +95,7 @@ Request = (
     | Begin
     | Commit
     | Abort
+    | Recover
     | Disconnect
     | BadInput
 )
@@ -102,6 +109,13 @@ class Connected(NamedTuple):
 
 class Receipt(NamedTuple):
     receipt_id: str
+
+
+class Recovered(NamedTuple):
+    """RECOVER's answer: a RECEIPT listing the prepared XIDs (``xa-count``, ``xids``)."""
+
+    receipt_id: str
+    xids: list[str]
 
 
 class Error(NamedTuple):
@@ -126,4 +140,4 @@ class Heartbeat(NamedTuple):
     pass
 
 
-Reply = Connected | Receipt | Error | TransactionError | Heartbeat
+Reply = Connected | Receipt | Recovered | Error | TransactionError | Heartbeat

@@ -34,6 +34,8 @@ from wiremq.modules.stomp.events import (
     Disconnect,
     Heartbeat,
     Receipt,
+    Recover,
+    Recovered,
     Reply,
     Request,
     Send,
@@ -102,6 +104,7 @@ class StompSession:
             "BEGIN": self._begin,
             "COMMIT": self._commit,
             "ABORT": self._abort,
+            "RECOVER": self._recover,
             "DISCONNECT": self._disconnect,
         }
 
@@ -173,6 +176,8 @@ class StompSession:
             return encoder.HEARTBEAT
         if isinstance(reply, Connected):
             return encoder.connected(version, SERVER_NAME, self.session_id, self.heart_beat)
+        if isinstance(reply, Recovered):
+            return encoder.recovered(reply.receipt_id, reply.xids, version)
         if isinstance(reply, TransactionError):
             return encoder.transaction_error(
                 reply.message, reply.detail, reply.transaction, version
@@ -297,6 +302,10 @@ class StompSession:
 
     def _abort(self, frame: Frame) -> Abort:
         return Abort(_require(frame, "transaction"), frame.headers)
+
+    def _recover(self, frame: Frame) -> Recover:
+        _require(frame, "receipt")  # the answer is a RECEIPT
+        return Recover(frame.headers)
 
     def _disconnect(self, frame: Frame) -> Disconnect:
         self.reading = False
