@@ -190,3 +190,54 @@ def test_the_query_api_counts_branches_by_state(reactor, server, resources):
     resource.prepare("s3")
     xa = flow_state(reactor, server)["transactions"]["xa"]
     assert xa["branches"] == {"active": 1, "idle": 1, "prepared": 1}
+
+
+def _durable(port: int) -> XAResource:
+    """A durable subscriber of /topic/xa-d that is an XA resource too."""
+    subscriber = XAResource(port, **{"client-id": "xa-durable"})
+    subscriber.request(
+        "SUBSCRIBE",
+        None,
+        None,
+        id="d",
+        destination="/topic/xa-d",
+        ack="client-individual",
+        **{"activemq.subscriptionName": "d1"},
+    )
+    return subscriber
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_a_durable_subscribers_acknowledgement_in_a_prepared_branch(server, resources, outcome):
+    subscriber = _durable(server.port)
+    fill(server.port, "/topic/xa-d", ["kept"], persistent="true")
+    assert subscriber.wait(lambda: len(subscriber.messages) == 1)
+    subscriber.start("dur")
+    subscriber.connection.ack(subscriber.messages[0].headers["ack"], transaction="dur")
+    subscriber.prepare("dur")
+    if outcome == "commit":
+        resources().commit("dur")
+    else:
+        resources().rollback("dur")
+        assert subscriber.wait(lambda: len(subscriber.messages) == 2)
+        assert subscriber.messages[1].headers["redelivered"] == "true"
+    subscriber.close()
+    again = _durable(server.port)
+    expected = 0 if outcome == "commit" else 1  # replayed from the store, unacknowledged
+    time.sleep(0.5)
+    assert [m.body for m in again.messages] == ["kept"] * expected
+    again.close()
+
+
+def test_a_queue_message_acknowledged_in_a_rolled_back_branch_comes_back(server, resources):
+    fill(server.port, "/queue/xa-np", ["volatile"])
+    worker = resources()
+    worker.connection.subscribe("/queue/xa-np", id="w", ack="client-individual")
+    assert worker.wait(lambda: len(worker.messages) == 1)
+    worker.start("np")
+    worker.connection.ack(worker.messages[0].headers["ack"], transaction="np")
+    worker.prepare("np")
+    worker.rollback("np")
+    assert worker.wait(lambda: len(worker.messages) == 2)
+    assert worker.messages[1].body == "volatile"
+    assert worker.messages[1].headers["redelivered"] == "true"

@@ -25,7 +25,7 @@ class XAError(Exception):
 class XAResource(stomp.ConnectionListener):
     """One connection; every request waits for its answer."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, **connect_headers: str) -> None:
         self.connection = stomp.Connection12([("127.0.0.1", port)], auto_content_length=True)
         self.connection.set_listener("xa", self)
         self.answers: dict[str, Frame] = {}
@@ -33,7 +33,7 @@ class XAResource(stomp.ConnectionListener):
         self.messages: list[Frame] = []
         self._changed = threading.Condition()
         self._numbers = itertools.count()
-        self.connection.connect(wait=True)
+        self.connection.connect(wait=True, headers=connect_headers)
 
     def on_receipt(self, frame: Frame) -> None:
         self._record(lambda: self.answers.__setitem__(frame.headers["receipt-id"], frame))
