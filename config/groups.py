@@ -211,9 +211,19 @@ class SlowSubscriberSettings(SettingsGroup):
 
 @dataclass(frozen=True, slots=True)
 class ReplayPoolSettings(SettingsGroup):
-    """DurableTopicSubscriberThreadPool: replays running at once."""
+    """DurableTopicSubscriberThreadPool: replays running at once, messages per step."""
 
     maxthreads: int
+    maxprocessoriterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkPoolSettings(SettingsGroup):
+    """QueueThreadPool / TopicThreadPool: destinations delivering large messages at once,
+    and large messages each may have on their way."""
+
+    maxthreads: int
+    maxprocessoriterations: int
 
 
 @dataclass(frozen=True, slots=True)

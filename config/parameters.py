@@ -491,6 +491,15 @@ PARAMETERS += [
         maximum=1000,
     ),
     Parameter(
+        "DurableTopicSubscriberThreadPool",
+        "maxprocessoriterations",
+        int,
+        100,
+        "Messages one replay hands to its subscriber in one step; then the others' turn",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
         "DurableTopicSubscriptionManager",
         "globaldursubbytelimit",
         int,
@@ -948,6 +957,46 @@ PARAMETERS += [
         "How the strategy takes standard and XA transactions: alternately (standard or XA "
         "first), every one of a kind before the other, or only one kind",
         choices=ORDERS,
+    ),
+    Parameter(
+        "QueueThreadPool",
+        "maxthreads",
+        int,
+        4,
+        "Queues delivering large messages (above MemWatch.messagethreshold) at the "
+        "same time; the others wait until a delivery is written",
+        minimum=1,
+        maximum=1000,
+    ),
+    Parameter(
+        "QueueThreadPool",
+        "maxprocessoriterations",
+        int,
+        2,
+        "Large messages one of those queues has on their way to consumers at once (handed "
+        "to a client's egress and not yet written)",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "TopicThreadPool",
+        "maxthreads",
+        int,
+        4,
+        "Topics delivering large messages (above MemWatch.messagethreshold) at the "
+        "same time; the others wait until a delivery is written",
+        minimum=1,
+        maximum=1000,
+    ),
+    Parameter(
+        "TopicThreadPool",
+        "maxprocessoriterations",
+        int,
+        2,
+        "Large messages one of those topics has on their way to consumers at once (handed "
+        "to a client's egress and not yet written)",
+        minimum=1,
+        maximum=100_000,
     ),
     Parameter(
         "XATransactionController",

@@ -19,6 +19,7 @@ from wiremq.config.groups import (
     MemWatchSettings,
     SpoolSettings,
     TransactionMemorySettings,
+    WorkPoolSettings,
     XASettings,
 )
 from wiremq.config.settings import Settings
@@ -43,6 +44,7 @@ from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.modules.subscription import UnackedLimit
 from wiremq.modules.transaction import TransactionManager
+from wiremq.modules.workpool import WorkPool, WorkPools
 from wiremq.modules.xa import PREPARED_AREA, XAController
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
@@ -80,6 +82,18 @@ class Core:
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
         self.volatile: VolQueueStore[Message] = VolQueueStore()
+        memwatch = MemWatchSettings.read(settings, "MemWatch")
+        self.pools = WorkPools(
+            *(
+                WorkPool(
+                    group,
+                    WorkPoolSettings.read(settings, group),
+                    memwatch.messagethreshold,
+                    runtime,
+                )
+                for group in ("QueueThreadPool", "TopicThreadPool")
+            )
+        )
         self.destinations = Destinations(
             DestinationServices(
                 settings,
@@ -90,6 +104,7 @@ class Core:
                 self.unacked,
                 self.replays,
                 self.volatile,
+                self.pools,
             )
         )
         destinations.append(self.destinations)
@@ -107,7 +122,6 @@ class Core:
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
             )
         self.clients: set[ClientConnection] = set()
-        memwatch = MemWatchSettings.read(settings, "MemWatch")
         self.memwatch = MemWatch(
             memwatch,
             build_memory_levels(
@@ -217,6 +231,7 @@ class Core:
             "unfinished_frame_bytes_peak": self.unfinished.peak,
             "memory": self.memwatch.state(),
             "transactions": {**self.transactions.memory.state(), "xa": self.xa.state()},
+            "work_pools": self.pools.state(),
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,

@@ -109,24 +109,28 @@ class Message:
             wire = self._wire = {}
         cached = wire.get(flavour)
         if cached is None:
-            cached = plain_message_tail(
-                self.message_id,
-                self.destination,
-                self.headers,
-                _FRAME_ONLY_HEADERS,
-                self.body,
-                self.redelivered,
-            ) or escaped_message_tail(
-                self.message_id,
-                self.destination,
-                self.headers,
-                _FRAME_ONLY_HEADERS,
-                self.body,
-                self.redelivered,
-                flavour,
-            )
-            wire[flavour] = cached
+            cached = wire[flavour] = self.encode_tail(flavour)
         return cached
+
+    def encode_tail(self, flavour: str) -> bytes:
+        """``wire_tail`` made afresh and not kept: a large message's, for one delivery
+        (``workpool``), so that its copy lives only while that delivery waits."""
+        return plain_message_tail(
+            self.message_id,
+            self.destination,
+            self.headers,
+            _FRAME_ONLY_HEADERS,
+            self.body,
+            self.redelivered,
+        ) or escaped_message_tail(
+            self.message_id,
+            self.destination,
+            self.headers,
+            _FRAME_ONLY_HEADERS,
+            self.body,
+            self.redelivered,
+            flavour,
+        )
 
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms

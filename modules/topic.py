@@ -46,6 +46,9 @@ class Topic(Destination):
         self.store_watermark = self.own_watermark(
             "TopicStore", "TopicFileStore", stops=not self.fail_when_full
         )
+        # A large message goes through the buffer: its deliveries take the topic pool's
+        # slots one subscriber at a time (``workpool``).
+        self.large = services.pools.topics.large
 
     def enqueue(self, message: Message) -> None:
         """Deliver at once when every subscriber can take the message; else buffer it
@@ -54,8 +57,10 @@ class Topic(Destination):
             self.services.expiry.expired(self.name, [message])
             return
         consumers = self.consumers
-        if not self.buffer and all(
-            s.ready_for(message) or s.skips(message) for s in consumers
+        if (
+            not self.buffer
+            and message.size <= self.large
+            and all(s.ready_for(message) or s.skips(message) for s in consumers)
         ):  # the common case: everyone keeps up, nothing is buffered
             stored = message.store_seq
             for subscription in consumers:

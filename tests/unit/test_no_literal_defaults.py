@@ -133,6 +133,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.TransactionMemorySettings: [("TransactionMemSizeManager", "")],
     groups.XASettings: [("XATransactionController", "")],
     groups.MemWatchSettings: [("MemWatch", "")],
+    groups.WorkPoolSettings: [("QueueThreadPool", ""), ("TopicThreadPool", "")],
 }
 
 
