@@ -109,28 +109,31 @@ class Message:
             wire = self._wire = {}
         cached = wire.get(flavour)
         if cached is None:
-            cached = wire[flavour] = self.encode_tail(flavour)
+            cached = plain_message_tail(
+                self.message_id,
+                self.destination,
+                self.headers,
+                _FRAME_ONLY_HEADERS,
+                self.body,
+                self.redelivered,
+            ) or escaped_message_tail(
+                self.message_id,
+                self.destination,
+                self.headers,
+                _FRAME_ONLY_HEADERS,
+                self.body,
+                self.redelivered,
+                flavour,
+            )
+            wire[flavour] = cached
         return cached
 
-    def encode_tail(self, flavour: str) -> bytes:
-        """``wire_tail`` made afresh and not kept: a large message's, for one delivery
-        (``workpool``), so that its copy lives only while that delivery waits."""
-        return plain_message_tail(
-            self.message_id,
-            self.destination,
-            self.headers,
-            _FRAME_ONLY_HEADERS,
-            self.body,
-            self.redelivered,
-        ) or escaped_message_tail(
-            self.message_id,
-            self.destination,
-            self.headers,
-            _FRAME_ONLY_HEADERS,
-            self.body,
-            self.redelivered,
-            flavour,
-        )
+    def own_tail(self, flavour: str) -> bytes:
+        """``wire_tail`` for one delivery alone, not kept with the message: a large
+        message's (``workpool``), so that its copy lives only while that delivery waits."""
+        tail = self.wire_tail(flavour)
+        self._wire = None
+        return tail
 
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms

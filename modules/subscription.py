@@ -187,7 +187,7 @@ class Subscription:
     def deliver(self, message: Message) -> None:
         if message.size > self.large:
             self.pool.take(self.destination)
-            tail = message.encode_tail(self.flavour)
+            tail = message.own_tail(self.flavour)
         else:
             tail = message.wire_tail(self.flavour)
         self.inflight_messages += 1
