@@ -1,11 +1,13 @@
 """wiremq large-message benchmark: the server's memory while one large message goes through.
 
-A producer sends one persistent message of ``--mib`` MiB (100 by default) to a
-queue and waits for its RECEIPT (it is in the store); the benchmark waits for
-the store's catch-up to have copied it into its database; then a consumer
-subscribes, receives it and acknowledges it, and the benchmark waits for the
-removal to be stored. The server's RSS is sampled every 10 ms throughout; the
-figures are the peak RSS of each phase above the RSS before the message, as
+Two runs, each against a fresh server. Stored, then delivered: a producer
+sends one persistent message of ``--mib`` MiB (100 by default) to a queue and
+waits for its RECEIPT (it is in the store); the benchmark waits ``--settle``
+seconds, long enough for the store's catch-up to copy it into its database;
+then a consumer subscribes, receives it and acknowledges it. To a waiting
+consumer: the consumer is subscribed first, so the message goes to it from
+memory while it is being stored. The server's RSS is sampled every 10 ms
+throughout; the figures are the peak RSS above the RSS before the message, as
 a multiple of the message's size (issue 12: "a small multiple of its size").
 
     .venv/bin/python bench/large_message.py [--mib 100] [--set GROUP.NAME=VALUE ...]
@@ -94,53 +96,80 @@ class RawClient:
         return headers, length
 
 
+def send_large(producer: RawClient, size: int) -> float:
+    """Send one persistent message of ``size`` bytes in pieces; seconds until its RECEIPT."""
+    body = memoryview(bytes(size))
+    head = (
+        b"SEND\ndestination:/queue/large\npersistent:true\nreceipt:sent\n"
+        b"content-length:%d\n\n" % size
+    )
+    started = time.monotonic()
+    producer.send(head)
+    for offset in range(0, size, CHUNK):
+        producer.send(body[offset : offset + CHUNK])
+    producer.send(b"\0")
+    producer.expect(b"RECEIPT")
+    return time.monotonic() - started
+
+
+def receive_large(consumer: RawClient, size: int) -> None:
+    """Take the next MESSAGE (read in pieces) and acknowledge it; returns once stored."""
+    headers, length = consumer.expect(b"MESSAGE")
+    if length != size:
+        raise RuntimeError(f"received {length} bytes, sent {size}")
+    consumer.send(b"ACK\nid:%s\nreceipt:acked\n\n\0" % headers[b"ack"])
+    consumer.expect(b"RECEIPT")
+
+
+def subscribe(port: int) -> RawClient:
+    consumer = RawClient(port)
+    consumer.send(
+        b"SUBSCRIBE\nid:0\ndestination:/queue/large\nack:client-individual\nreceipt:s\n\n\0"
+    )
+    consumer.expect(b"RECEIPT")
+    return consumer
+
+
 def run(args: argparse.Namespace) -> int:
     size = args.mib * MIB
     settings = [f"StompListener.maxbodysize={size + MIB}", *args.set]
     wiremq = str(Path(sys.executable).with_name("wiremq"))
+    print(f"one persistent message of {args.mib} MiB; server settings: {' '.join(settings)}")
+    # Stored first: sent, stored, copied into the database by the catch-up, then read back
+    # and delivered to a consumer that comes later.
     with ManagedServer(wiremq, settings) as server, RssSampler(server.pid) as rss:
         producer = RawClient(server.port)
         time.sleep(1.0)
         base = rss.phase()
-        body = memoryview(bytes(size))
-        head = (
-            b"SEND\ndestination:/queue/large\npersistent:true\nreceipt:sent\n"
-            b"content-length:%d\n\n" % size
-        )
-        started = time.monotonic()
-        producer.send(head)
-        for offset in range(0, size, CHUNK):
-            producer.send(body[offset : offset + CHUNK])
-        producer.send(b"\0")
-        producer.expect(b"RECEIPT")
-        sent_s = time.monotonic() - started
-        del body
+        seconds = send_large(producer, size)
         time.sleep(args.settle)  # the store's catch-up copies it into its database
         stored = rss.phase()
-        consumer = RawClient(server.port)
-        consumer.send(b"SUBSCRIBE\nid:0\ndestination:/queue/large\nack:client-individual\n\n\0")
-        started = time.monotonic()
-        headers, length = consumer.expect(b"MESSAGE")
-        received_s = time.monotonic() - started
-        if length != size:
-            raise RuntimeError(f"received {length} bytes, sent {size}")
-        consumer.send(b"ACK\nid:%s\nreceipt:acked\n\n\0" % headers[b"ack"])
-        consumer.expect(b"RECEIPT")
+        receive_large(subscribe(server.port), size)
         time.sleep(args.settle)
         delivered = rss.phase()
-    print(f"message {args.mib} MiB; server RSS before it {base / MIB:.0f} MiB")
-    for name, peak in (
-        (f"send + store ({sent_s:.1f} s, then {args.settle:g} s)", stored),
-        (f"deliver + acknowledge ({received_s:.1f} s, then {args.settle:g} s)", delivered),
-    ):
-        extra = peak - base
-        print(
-            f"  {name:48} peak RSS {peak / MIB:6.0f} MiB = base + {extra / MIB:5.0f} MiB"
-            f" = base + {extra / size:.2f} x the message"
-        )
-    overall = max(stored, delivered) - base
-    print(f"  whole path: base + {overall / size:.2f} x the message")
+    report(f"stored, then delivered (sent in {seconds:.1f} s)", base, size, stored, delivered)
+    # A consumer waiting: delivered from memory as it is stored.
+    with ManagedServer(wiremq, settings) as server, RssSampler(server.pid) as rss:
+        producer = RawClient(server.port)
+        consumer = subscribe(server.port)
+        time.sleep(1.0)
+        base = rss.phase()
+        seconds = send_large(producer, size)
+        receive_large(consumer, size)
+        time.sleep(args.settle)
+        passed = rss.phase()
+    report(f"to a waiting consumer (sent in {seconds:.1f} s)", base, size, passed)
     return 0
+
+
+def report(name: str, base: int, size: int, *peaks: int) -> None:
+    """Each phase's peak RSS above the RSS before the message, as a multiple of its size."""
+    multiples = ", ".join(f"{(peak - base) / size:.2f}" for peak in peaks)
+    top = max(peaks)
+    print(
+        f"  {name:42} RSS before {base / MIB:4.0f} MiB, peak {top / MIB:5.0f} MiB: "
+        f"base + {(top - base) / size:.2f} x the message (by phase: {multiples})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
