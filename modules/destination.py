@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from wiremq.modules.expiry import Expiry
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.subscription import Subscription, UnackedLimit
+    from wiremq.modules.workpool import WorkPools
     from wiremq.stores.volqueue import VolQueueStore
 
 
@@ -51,6 +52,7 @@ class DestinationServices:
     unacked: UnackedLimit
     replays: ReplayManager
     volatile: VolQueueStore[Message]
+    pools: WorkPools
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:

@@ -45,6 +45,14 @@ from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 log = structlog.get_logger("wiremq.server")
 
 
+_PROCESS = psutil.Process()
+
+
+def resident_memory() -> int:
+    """The server process's resident memory (RSS), in bytes: MemWatch's measured figure."""
+    return int(_PROCESS.memory_info().rss)
+
+
 class WiremqServer:
     """One message server: its core, its store and its STOMP listener."""
 
@@ -105,7 +113,14 @@ class WiremqServer:
         data.mkdir(parents=True, exist_ok=True)
         self.store = open_store(self.settings)
         try:
-            self.core = Core(self.settings, self.runtime, self.store, self.config.pipelines)
+            self.core = Core(
+                self.settings,
+                self.runtime,
+                self.store,
+                self.config.pipelines,
+                self.config.memory_levels,
+                resident_memory,
+            )
             self.core.restore()
             self._listen()
         except BaseException:
@@ -159,6 +174,7 @@ class WiremqServer:
 
     def _start_cleanups(self, core: Core) -> None:
         settings, runtime = self.settings, self.runtime
+        core.memwatch.start()
         destinations = core.destinations
         persistence = core.persistence
         assert persistence is not None
@@ -309,6 +325,8 @@ class WiremqServer:
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()
+        if self.core is not None:
+            self.core.memwatch.stop()
         yield self.runtime.stop_workers()
         if self.store is not None:
             self.store.close()
