@@ -281,6 +281,7 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    tls: bool
     sessiontimeout: float
     sampleinterval: float
     history: float

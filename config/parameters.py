@@ -966,6 +966,14 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "tls",
+        bool,
+        False,
+        "Serve the console and JSON API over HTTPS only, with the TLS group's certificate "
+        "(and its client certificate rule)",
+    ),
+    Parameter(
+        "Admin",
         "sessiontimeout",
         float,
         1800.0,

@@ -495,3 +495,40 @@ def test_any_path_under_the_api_gets_an_answer_not_a_crash(console, segments, me
     answer = api.request(method, path, {} if method in ("PUT", "POST", "PATCH") else None)
     assert answer.status < 500, (path, answer.status, answer.body)
     assert answer.json["status"] == answer.status or answer.status == 200
+
+
+def test_a_users_destination_permissions_bound_what_the_console_lets_them_do(
+    reactor, start_server, tmp_path
+):
+    """Besides the role: reading a destination needs read, acting on it admin, and a
+    message moved needs write where it goes (docs/security.md)."""
+    users = UsersFile(tmp_path / "data")
+    users.set("ops", "ops-pw", "operator")
+    users.grant("ops", None, "/queue/mine.>", ["admin"])
+    users.grant("ops", None, "/queue/theirs", ["read"])
+    users.set("feeder", "feeder-pw", "viewer")
+    users.grant("feeder", None, ">", ["read", "write", "create"])
+    server = start_server()
+    api = open_console(reactor, server)
+    producer, recorder = connect(server.port, login="feeder", passcode="feeder-pw")
+    for destination in ("/queue/mine.a", "/queue/theirs"):
+        producer.send(destination, "m", receipt=destination)
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 2)
+    producer.disconnect()
+    ops = Api(api.port, auth=("ops", "ops-pw"))
+    mine, theirs = encoded("/queue/mine.a"), encoded("/queue/theirs")
+
+    [waiting] = ops.get(f"/api/destinations/{mine}/messages")["messages"]
+    assert len(ops.get(f"/api/destinations/{theirs}/messages")["messages"]) == 1  # read
+    refused = ops.request("POST", f"/api/destinations/{theirs}/purge")
+    assert refused.status == 403 and refused.error == "permission denied: admin /queue/theirs"
+    elsewhere = encoded("/queue/other")
+    assert ops.request("GET", f"/api/destinations/{elsewhere}/messages").status == 403
+    moved = ops.request(
+        "POST",
+        f"/api/destinations/{mine}/messages/{encoded(waiting['message_id'])}/move",
+        {"to": "/queue/theirs"},
+    )
+    assert moved.status == 403 and moved.error == "permission denied: write /queue/theirs"
+    assert ops.ok("POST", f"/api/destinations/{mine}/purge")["purged"] == 1
+    assert len(ops.get(f"/api/destinations/{theirs}/messages")["messages"]) == 1, "untouched"
