@@ -297,7 +297,9 @@ class WiremqServer:
             }
             for c in connections
         ]
-        state["memory"] = {"rss_bytes": self.process.memory_info().rss}
+        memory = state["memory"]  # MemWatch's figures
+        assert isinstance(memory, dict)
+        memory["rss_bytes"] = self.process.memory_info().rss
         state["server"] = {
             "started_at": self.started_at,
             "uptime": round(time.time() - self.started_at, 3),
