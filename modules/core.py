@@ -139,7 +139,7 @@ class Core:
             measure_memory,
             self.memory_estimate,
         )
-        self.unfinished = UnfinishedFrames(bounds.maxunfinishedbytes)
+        self.unfinished = UnfinishedFrames(bounds.maxunfinishedbytes, bounds.maxconnections)
         self.xa = XAController(
             XASettings.read(settings, "XATransactionController"),
             self.transactions,
