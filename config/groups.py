@@ -108,6 +108,7 @@ class QueueStoreSettings(SettingsGroup):
 
     expiryonread: bool
     readmsgamount: int
+    scanmsgamount: int
     fastdeletionsize: int
 
 
@@ -172,6 +173,10 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    maxredeliveries: int
+    redeliverydelay: int
+    redeliverybackoff: float
+    maxredeliverydelay: int
 
     @classmethod
     def for_destination(cls, settings: Settings, name: str) -> DestinationPolicy:

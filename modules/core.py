@@ -17,6 +17,7 @@ from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
 from wiremq.modules.catalog import build_chain
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.deadletter import DeadLetters
 from wiremq.modules.destination import DestinationServices
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.durable import ReplayManager
@@ -26,7 +27,6 @@ from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
-from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
 from wiremq.modules.runtime import Runtime
@@ -55,7 +55,8 @@ class Core:
         self.ids = Ids()
         self.pipelines = Pipelines()
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
-        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit)
+        self.dead_letters = DeadLetters(settings, self.persistence, self.pipelines.submit)
+        self.expiry = Expiry(settings, self.dead_letters)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
@@ -64,7 +65,7 @@ class Core:
         self.unacked = UnackedLimit(
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
-        self.volatile: VolQueueStore[Message] = VolQueueStore()
+        self.volatile = VolQueueStore()
         self.destinations = Destinations(
             DestinationServices(
                 settings,
@@ -72,6 +73,7 @@ class Core:
                 self.flow,
                 self.persistence,
                 self.expiry,
+                self.dead_letters,
                 self.unacked,
                 self.replays,
                 self.volatile,

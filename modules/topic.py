@@ -12,6 +12,7 @@ from collections import deque
 
 import structlog
 
+from wiremq.modules.deadletter import REDELIVERY_LIMIT, REJECTED
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import PUBSUB
@@ -60,7 +61,10 @@ class Topic(Destination):
             stored = message.store_seq
             for subscription in consumers:
                 subscription.cursor += 1
-                if not (stored and subscription.skips(message)):
+                accepts = subscription.accepts
+                if (accepts is None or accepts(message)) and not (
+                    stored and subscription.left_to_replay(message)
+                ):
                     subscription.deliver(message)
             self.first += 1
             return
@@ -232,14 +236,24 @@ class Topic(Destination):
         self, subscription: Subscription, messages: list[Message], requeue: bool
     ) -> StoreTransaction:
         """NACKed messages go to that subscriber again, flagged as redelivered (a copy:
-        the other subscribers share the message); with requeue false they are dropped
-        for it, which for a durable subscriber is an acknowledgement."""
+        the other subscribers share the message), unless that is more than
+        ``maxredeliveries``; with requeue false, or past that, a copy goes to the dead
+        message queue and the message is done with for the subscriber, which for a
+        durable subscriber is an acknowledgement."""
+        copies = [message.redelivery() for message in messages]
+        limit = self.policy.maxredeliveries
+        dead = copies if not requeue else [c for c in copies if 0 <= limit < c.redeliveries]
+        if dead:
+            reason = REJECTED if not requeue else REDELIVERY_LIMIT
+            self.services.dead_letters.move(self.name, dead, reason, shared=True)
         if not requeue:
             return self.acknowledged(subscription, messages)
         if subscription.ended:  # a durable subscriber gets them from the store when back
             return NOTHING
-        subscription.redeliver([message.redelivery() for message in messages])
-        return NOTHING
+        again = [c for c in copies if c not in dead]
+        subscription.redeliver(again)
+        done = [m for m, c in zip(messages, copies, strict=True) if c in dead]
+        return self.acknowledged(subscription, done) if done else NOTHING
 
     def state(self) -> dict[str, object]:
         return {

@@ -1,0 +1,355 @@
+"""The distributing module's queue features on a whole core with a fake clock: selectors
+that never starve a consumer, priority, redelivery limits and delays, message groups,
+exclusive consumers and browsing (``tests/unit/net.py``)."""
+
+from __future__ import annotations
+
+from tests.unit.net import PERSISTENT, Net, Peer, frame, send_frame
+
+SMALL_LIVE_BUFFER = {"DestinationManager.persqueuebytehighwatermark": 2000}
+
+
+def _send_many(peer: Peer, destination: str, bodies: list[str], **headers: str) -> None:
+    peer.feed(b"".join(send_frame(destination, body, dict(headers)) for body in bodies))
+
+
+def _nack(peer: Peer, message) -> None:
+    peer.feed(frame("NACK", {"id": message.headers["ack"]}))
+
+
+# -- selectors -------------------------------------------------------------------------------
+
+
+def test_a_selective_consumer_gets_only_what_it_selects_and_the_rest_waits(make_net):
+    net = make_net()
+    producer, eu, anyone = Peer(net, "p"), Peer(net, "eu"), Peer(net, "any")
+    eu.subscribe("/queue/s", selector="region = 'EU' AND price > 100")
+    for i, (region, price) in enumerate([("EU", 150), ("US", 150), ("EU", 50), ("EU", 101)]):
+        producer.send("/queue/s", str(i), {"region": region, "price": str(price)})
+    assert eu.bodies() == ["0", "3"]
+    queue = net.queue("/queue/s")
+    assert [m.body for m in queue.snapshot()] == [b"1", b"2"]  # nobody selects them: they wait
+    anyone.subscribe("/queue/s")
+    assert anyone.bodies() == ["1", "2"]
+
+
+def test_a_selective_consumer_behind_a_large_unmatched_backlog_is_not_starved(make_net):
+    net = make_net()
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    _send_many(producer, "/queue/deep", [str(i) for i in range(20_000)], kind="noise")
+    producer.send("/queue/deep", "wanted", {"kind": "signal"})
+    consumer.subscribe("/queue/deep", selector="kind = 'signal'")
+    assert consumer.bodies() == ["wanted"]
+    producer.send("/queue/deep", "later", {"kind": "signal"})
+    assert consumer.bodies() == ["wanted", "later"]
+    assert len(net.queue("/queue/deep").snapshot()) == 20_000
+
+
+def test_a_persistent_unmatched_backlog_read_back_from_the_store_does_not_starve(make_net):
+    net = make_net(SMALL_LIVE_BUFFER, persistent=True)
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    _send_many(
+        producer, "/queue/pdeep", [f"n{i:04d}" for i in range(3000)], kind="noise", **PERSISTENT
+    )
+    producer.send("/queue/pdeep", "wanted", {"kind": "signal", **PERSISTENT})
+    queue = net.queue("/queue/pdeep")
+    assert queue.backlog_after is not None and queue.cache_bytes <= 2000
+    consumer.subscribe("/queue/pdeep", ack="client-individual", selector="kind = 'signal'")
+    assert consumer.bodies() == ["wanted"]
+    consumer.ack(consumer.messages[0])
+    assert net.core.store.count("/queue/pdeep")[0] == 3000
+    everyone = Peer(net, "everyone")
+    everyone.subscribe("/queue/pdeep")
+    assert sorted(everyone.bodies()) == [f"n{i:04d}" for i in range(3000)]
+
+
+def test_after_a_restart_a_selective_consumer_finds_its_message_deep_in_the_store(
+    make_net, tmp_path
+):
+    first = make_net(SMALL_LIVE_BUFFER, persistent=True)
+    producer = Peer(first, "p")
+    noise = [f"n{i:04d}" for i in range(2000)]
+    _send_many(producer, "/queue/r", noise, kind="noise", **PERSISTENT)
+    producer.send("/queue/r", "wanted", {"kind": "signal", **PERSISTENT})
+    first.close()
+    reopened = Net(SMALL_LIVE_BUFFER, {}, tmp_path / "store-0.fs")  # the same store
+    try:
+        consumer = Peer(reopened, "c")
+        consumer.subscribe("/queue/r", selector="kind = 'signal'")
+        assert consumer.bodies() == ["wanted"]
+    finally:
+        reopened.close()
+
+
+def test_a_hundred_selectors_on_one_header_each_get_their_own_messages(make_net):
+    net = make_net()
+    producer = Peer(net, "p")
+    consumers = []
+    for shard in range(100):
+        consumer = Peer(net, f"c{shard}")
+        consumer.subscribe("/queue/sharded", selector=f"shard = {shard} AND kind = 'job'")
+        consumers.append(consumer)
+    producer.feed(
+        b"".join(
+            send_frame("/queue/sharded", f"{i}", {"shard": str(i % 100), "kind": "job"})
+            for i in range(1000)
+        )
+    )
+    for shard, consumer in enumerate(consumers):
+        assert consumer.bodies() == [str(i) for i in range(shard, 1000, 100)]
+    queue = net.queue("/queue/sharded")
+    assert len(queue.matcher.indexed["shard"][1]) == 100 and not queue.matcher.others
+
+
+def test_a_bad_selector_is_refused_with_its_position(make_net):
+    net = make_net()
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/x", selector="price >> 100", receipt="s")
+    [error] = consumer.errors
+    assert error.headers["message"] == "invalid selector"
+    assert error.headers["receipt-id"] == "s"
+    assert "at position 8" in error.body.decode()
+    assert error.body.decode().endswith("price >> 100\n       ^")
+
+
+# -- priority --------------------------------------------------------------------------------
+
+
+def test_priority_first_then_arrival_across_delivery_modes(make_net):
+    net = make_net(persistent=True)
+    producer = Peer(net, "p")
+    sent = [("a", "4", False), ("b", "9", True), ("c", "0", False), ("d", "9", False)]
+    sent += [("e", "4", True), ("f", "7", False), ("g", "", False), ("h", "x", True)]
+    for body, priority, persistent in sent:
+        headers = {"priority": priority} if priority else {}
+        if persistent:
+            headers.update(PERSISTENT)
+        producer.send("/queue/prio", body, headers)
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/prio", consumerQueueEntriesSize="1", ack="client-individual")
+    received = []
+    for _ in range(len(sent)):
+        [message] = consumer.messages
+        received.append(message.body.decode())
+        consumer.writer.frames.clear()
+        consumer.ack(message)
+    # 9s first (b before d: arrival), then 7, then the 4s (absent and invalid count as 4), 0
+    assert received == ["b", "d", "f", "a", "e", "g", "h", "c"]
+
+
+def test_a_higher_priority_message_left_in_the_store_goes_before_those_in_memory(make_net):
+    net = make_net({"DestinationManager.persqueuebytehighwatermark": 100}, persistent=True)
+    producer = Peer(net, "p")
+    for i in range(8):
+        producer.send("/queue/ps", f"low{i}" + "." * 20, {"priority": "1", **PERSISTENT})
+    producer.send("/queue/ps", "high" + "." * 20, {"priority": "8", **PERSISTENT})
+    queue = net.queue("/queue/ps")
+    assert queue.backlog_after is not None  # the high one is only in the store
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/ps", consumerQueueEntriesSize="1", ack="client-individual")
+    received = []
+    for _ in range(9):
+        [message] = consumer.messages
+        received.append(message.body.decode().rstrip("."))
+        consumer.writer.frames.clear()
+        consumer.ack(message)
+    assert received == ["high"] + [f"low{i}" for i in range(8)]
+
+
+# -- redelivery ------------------------------------------------------------------------------
+
+
+def test_nacks_count_deliveries_and_the_limit_moves_the_message_to_the_dmq(make_net):
+    net = make_net(destinations={"/queue/poison": {"maxredeliveries": 2}})
+    producer, consumer, dead = Peer(net, "p"), Peer(net, "c"), Peer(net, "d")
+    dead.subscribe("/queue/DMQ")
+    consumer.subscribe("/queue/poison", ack="client-individual")
+    producer.send("/queue/poison", "bad", {"custom": "x"})
+    counts = []
+    for _ in range(3):
+        [message] = consumer.messages
+        counts.append((message.headers["redelivered"], message.headers.get("x-delivery-count")))
+        consumer.writer.frames.clear()
+        _nack(consumer, message)
+    assert counts == [("false", None), ("true", "1"), ("true", "2")]
+    assert consumer.messages == []
+    [moved] = dead.messages
+    assert moved.body == b"bad" and moved.headers["custom"] == "x"
+    assert moved.headers["original-destination"] == "/queue/poison"
+    assert moved.headers["dead-reason"] == "redelivery limit"
+    assert moved.headers["dead-delivery-count"] == "3"
+    assert "x-delivery-count" not in moved.headers
+
+
+def test_consumers_that_vanish_holding_a_message_count_as_deliveries(make_net):
+    net = make_net(destinations={"/queue/v": {"maxredeliveries": 1}}, persistent=True)
+    producer, dead = Peer(net, "p"), Peer(net, "d")
+    dead.subscribe("/queue/DMQ", ack="client-individual")  # holds it: it stays stored
+    producer.send("/queue/v", "held", PERSISTENT)
+    for attempt in range(2):
+        consumer = Peer(net, f"c{attempt}")
+        consumer.subscribe("/queue/v", ack="client")
+        [message] = consumer.messages
+        assert message.headers.get("x-delivery-count") == (None if attempt == 0 else "1")
+        consumer.connection.connection_lost()
+        net.settle()
+    [moved] = dead.messages
+    assert moved.headers["dead-reason"] == "redelivery limit"
+    assert moved.headers["dead-delivery-count"] == "2"
+    assert moved.headers["persistent"] == "true"
+    assert net.core.store.count("/queue/v")[0] == 0
+    assert net.core.store.count("/queue/DMQ")[0] == 1
+
+
+def test_nack_without_requeue_moves_the_message_to_the_dmq_at_once(make_net):
+    net = make_net(persistent=True)
+    producer, consumer, dead = Peer(net, "p"), Peer(net, "c"), Peer(net, "d")
+    dead.subscribe("/queue/DMQ", ack="client-individual")
+    consumer.subscribe("/queue/rej", ack="client-individual")
+    producer.send("/queue/rej", "no", PERSISTENT)
+    [message] = consumer.messages
+    consumer.feed(frame("NACK", {"id": message.headers["ack"], "requeue": "false"}))
+    [moved] = dead.messages
+    assert moved.headers["dead-reason"] == "rejected"
+    assert moved.headers["dead-delivery-count"] == "1"
+    assert net.core.store.count("/queue/rej")[0] == 0
+    assert net.core.store.count("/queue/DMQ")[0] == 1
+
+
+def test_the_redelivery_delay_grows_by_the_backoff_up_to_its_maximum(make_net):
+    destination = {
+        "redeliverydelay": 1000,
+        "redeliverybackoff": 3.0,
+        "maxredeliverydelay": 5000,
+        "maxredeliveries": 5,
+    }
+    net = make_net(destinations={"/queue/slow": destination})
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    consumer.subscribe("/queue/slow", ack="client-individual")
+    producer.send("/queue/slow", "again")
+    times = []
+    for _ in range(4):
+        [message] = consumer.messages
+        times.append(net.runtime.now)
+        consumer.writer.frames.clear()
+        _nack(consumer, message)  # settles: the fake clock runs to the next timer
+    [message] = consumer.messages
+    times.append(net.runtime.now)
+    gaps = [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
+    assert gaps == [1.0, 3.0, 5.0, 5.0]
+    assert message.headers["x-delivery-count"] == "4"
+
+
+# -- message groups and exclusive consumers ---------------------------------------------------
+
+
+def test_a_message_group_sticks_to_one_consumer_and_moves_when_it_goes(make_net):
+    net = make_net()
+    producer, first, second = Peer(net, "p"), Peer(net, "a"), Peer(net, "b")
+    first.subscribe("/queue/g", ack="client-individual")
+    second.subscribe("/queue/g", ack="client-individual")
+    for i in range(6):
+        group = "A" if i % 2 == 0 else "B"
+        producer.send("/queue/g", f"{group}{i}", {"JMSXGroupID": group, "JMSXGroupSeq": str(i)})
+    by_consumer = {peer: [m.body.decode() for m in peer.messages] for peer in (first, second)}
+    assert sorted(by_consumer.values()) == [["A0", "A2", "A4"], ["B1", "B3", "B5"]]
+    owner_of_a = first if by_consumer[first][0] == "A0" else second
+    other = second if owner_of_a is first else first
+    flags = [m.headers.get("JMSXGroupFirstForConsumer") for m in owner_of_a.messages]
+    assert flags == ["true", None, None]
+    assert owner_of_a.messages[1].headers["JMSXGroupSeq"] == "2"
+    other.writer.frames.clear()
+    owner_of_a.connection.connection_lost()  # its unacknowledged A messages move too
+    net.settle()
+    producer.send("/queue/g", "A6", {"JMSXGroupID": "A"})
+    moved = [m.body.decode() for m in other.messages]
+    assert moved == ["A0", "A2", "A4", "A6"]
+    assert other.messages[0].headers["JMSXGroupFirstForConsumer"] == "true"
+    assert other.messages[0].headers["redelivered"] == "true"
+
+
+def test_an_exclusive_consumer_gets_everything_and_another_takes_over(make_net):
+    net = make_net()
+    producer = Peer(net, "p")
+    normal, exclusive, backup = Peer(net, "n"), Peer(net, "x"), Peer(net, "y")
+    normal.subscribe("/queue/ex")
+    exclusive.subscribe("/queue/ex", **{"activemq.exclusive": "true"})
+    backup.subscribe("/queue/ex", **{"activemq.exclusive": "true"})
+    _send_many(producer, "/queue/ex", ["1", "2", "3"])
+    assert exclusive.bodies() == ["1", "2", "3"] and normal.bodies() == backup.bodies() == []
+    exclusive.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    _send_many(producer, "/queue/ex", ["4", "5"])
+    assert backup.bodies() == ["4", "5"] and normal.bodies() == []
+    backup.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    _send_many(producer, "/queue/ex", ["6"])
+    assert normal.bodies() == ["6"]
+
+
+# -- browsing --------------------------------------------------------------------------------
+
+
+def test_a_browser_sees_every_waiting_message_in_order_and_takes_none(make_net):
+    net = make_net({"DestinationManager.persqueuebytehighwatermark": 100}, persistent=True)
+    producer = Peer(net, "p")
+    for i in range(10):
+        producer.send("/queue/b", f"m{i}" + "." * 20, PERSISTENT)
+    producer.send("/queue/b", "urgent", {"priority": "9"})
+    producer.send("/queue/b", "skip-me", {"kind": "other"})
+    browser = Peer(net, "browser")
+    browser.subscribe("/queue/b", browser="true", selector="kind IS NULL")
+    bodies = [m.body.decode().rstrip(".") for m in browser.messages]
+    assert bodies[0] == "urgent"
+    assert sorted(bodies[1:-1]) == [f"m{i}" for i in range(10)]
+    end = browser.messages[-1]
+    assert end.headers["browser"] == "end" and end.body == b""
+    assert end.headers["destination"] == "/queue/b"
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/b")
+    assert len(consumer.messages) == 12  # nothing was taken
+
+
+# -- wildcards -------------------------------------------------------------------------------
+
+
+def test_wildcard_queue_consumers_compete_for_every_matching_queue(make_net):
+    net = make_net()
+    producer, jobs, other = Peer(net, "p"), Peer(net, "w"), Peer(net, "o")
+    producer.send("/queue/jobs.a", "before")  # a queue made before the subscription
+    jobs.subscribe("/queue/jobs.*", ack="client-individual")
+    producer.send("/queue/jobs.b", "new-queue")
+    producer.send("/queue/jobs.b.c", "too-deep")
+    producer.send("/queue/other", "not-mine")
+    assert sorted(jobs.bodies()) == ["before", "new-queue"]
+    destinations = {m.body.decode(): m.headers["destination"] for m in jobs.messages}
+    assert destinations == {"before": "/queue/jobs.a", "new-queue": "/queue/jobs.b"}
+    other.subscribe("/queue/jobs.b", ack="client-individual")
+    producer.send("/queue/jobs.b", "one")
+    producer.send("/queue/jobs.b", "two")
+    assert sorted(jobs.bodies()[2:] + other.bodies()) == ["one", "two"]
+    for message in jobs.messages:
+        jobs.ack(message)
+    jobs.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    producer.send("/queue/jobs.a", "after")
+    assert net.queue("/queue/jobs.a").consumers == {}
+
+
+def test_wildcard_topic_subscriptions_one_level_and_many(make_net):
+    net = make_net()
+    producer, star, tail = Peer(net, "p"), Peer(net, "s"), Peer(net, "t")
+    star.subscribe("/topic/a.*")
+    tail.subscribe("/topic/a.>", selector="n > 1")
+    for name in ("/topic/a", "/topic/a.b", "/topic/a.b.c", "/topic/x.b"):
+        producer.send(name, name, {"n": "2"})
+    producer.send("/topic/a.c", "low", {"n": "1"})
+    assert star.bodies() == ["/topic/a.b", "low"]
+    assert tail.bodies() == ["/topic/a.b", "/topic/a.b.c"]
+    assert [m.headers["destination"] for m in tail.messages] == ["/topic/a.b", "/topic/a.b.c"]
+
+
+def test_bad_wildcards_are_refused(make_net):
+    net = make_net()
+    for pattern in ("/queue/a.>.b", "/queue/a*", "/queue/a..*"):
+        consumer = Peer(net, pattern)
+        consumer.subscribe(pattern)
+        [error] = consumer.errors
+        assert error.headers["message"] == "invalid destination", pattern
