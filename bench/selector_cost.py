@@ -24,16 +24,9 @@ import argparse
 import time
 from collections.abc import Callable
 
-from path_profile import BUDGET, READ, Reader, Runtime
+from path_profile import BUDGET, READ, Simulation
 
-from wiremq.config.groups import EgressSettings
-from wiremq.config.parameters import REGISTRY
-from wiremq.config.settings import Settings
-from wiremq.config.xmlconfig import default_pipelines
-from wiremq.modules.connection import ClientConnection
-from wiremq.modules.core import Core
-from wiremq.modules.egress import Egress, Outbox
-from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.modules.egress import Egress
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 
@@ -57,39 +50,24 @@ class CountingWriter:
 def build(selectors: list[str | None], waiting: int) -> Callable[[int], int]:
     """A core with one consumer per selector (None: no selector) and ``waiting`` messages
     nobody selects already queued; returns ``run(reads) -> messages delivered``."""
-    settings = Settings(
-        REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
-    )
-    runtime = Runtime()
-    core = Core(settings, runtime, None, default_pipelines())  # type: ignore[arg-type]
-    outbox = Outbox()
-    limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
+    simulation = Simulation()
     writers: list[CountingWriter] = []
 
-    def client(name: str) -> ClientConnection:
-        egress = Egress(outbox, limits)
-        writer = CountingWriter(egress)
-        writers.append(writer)
-        connection = core.connect(egress, name, Reader(), time.monotonic())
-        connection.data_received(b"CONNECT\naccept-version:1.2\n\n\0", time.monotonic())
-        outbox.flush()
-        return connection
+    def writer(egress: Egress) -> CountingWriter:
+        writers.append(CountingWriter(egress))
+        return writers[-1]
 
     def frame(headers: str) -> bytes:
         return f"SEND\ndestination:{QUEUE}\n{headers}content-length:128\n\n".encode() + b"x" * 128
 
-    producer = client("producer")
+    producer = simulation.client("producer", writer)
     noise = (frame("region:US\nprice:150\nshard:-1\n") + b"\0") * READ
     for _ in range(waiting // READ):
-        producer.data_received(noise, time.monotonic())
-        runtime.run()
-        outbox.flush()
+        simulation.read(producer, noise)
     for n, selector in enumerate(selectors):
         line = "" if selector is None else f"selector:{selector}\n"
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{QUEUE}\nack:auto\n{line}\n\0".encode()
-        client(f"consumer-{n}").data_received(subscribe, time.monotonic())
-        runtime.run()
-        outbox.flush()
+        simulation.read(simulation.client(f"consumer-{n}", writer), subscribe)
     shards = max(1, len(selectors))
     chunk = b"".join(
         frame(f"region:EU\nprice:150\nshard:{i % shards}\n") + b"\0" for i in range(READ)
@@ -98,9 +76,7 @@ def build(selectors: list[str | None], waiting: int) -> Callable[[int], int]:
     def run(reads: int) -> int:
         start = sum(w.frames for w in writers)
         for _ in range(reads):
-            producer.data_received(chunk, time.monotonic())
-            runtime.run()
-            outbox.flush()
+            simulation.read(producer, chunk)
         return sum(w.frames for w in writers) - start
 
     return run
@@ -135,9 +111,9 @@ def main() -> None:
     print(f"| consumers | selector | nothing waiting | {args.waiting:,} unselected waiting |")
     print("|---|---|---|---|")
     for count in counts:
-        plain = [None] * count
-        shared = [SHARED] * count
-        shards = [f"shard = {n} AND price > 100" for n in range(count)]
+        plain: list[str | None] = [None] * count
+        shared: list[str | None] = [SHARED] * count
+        shards: list[str | None] = [f"shard = {n} AND price > 100" for n in range(count)]
         for label, selectors in (
             ("none", plain),
             ("one, shared", shared),

@@ -58,7 +58,8 @@ class Read:
     match: Match | None  # None: the main read, in order
     examine: int | None
     leaves: int  # messages left in the store before it was asked for
-    priority: int | None = None  # a read of one priority
+    priority: int | None = None
+    level_leaves: int = 0  # a read of one priority: messages of it left before it was asked
     survey: bool = False  # the survey after a restart (above the default priority)
     filter: Filter | None = None  # a read for a selective consumer
 
@@ -77,6 +78,7 @@ class StoreBacklog:
         self.given_back_upto = 0
         self.pulled: set[int] = set()  # read out of order, after ``after``
         self.left = [0] * PRIORITIES  # messages left in the store, per priority
+        self.left_total = [0] * PRIORITIES  # messages ever left, per priority
         self.level_after = [0] * PRIORITIES  # how far each priority's reads went
         self.unsurveyed = False  # after a restart: priorities in the store unknown
         self.survey_after = 0
@@ -93,6 +95,7 @@ class StoreBacklog:
             self.level_after = [max(a, seq - 1) for a in self.level_after]
         self.leaves += 1
         self.left[priority] += 1
+        self.left_total[priority] += 1
 
     def restore(self) -> None:
         """At start-up every stored message is in the store only."""
@@ -121,7 +124,8 @@ class StoreBacklog:
         top = self.higher_priority(memory_empty, best_waiting)
         if top is not None:
             start = max(self.level_after[top], after)
-            return Read(start, _priority_is(top), examine, leaves, priority=top)
+            level_leaves = self.left_total[top]
+            return Read(start, _priority_is(top), examine, leaves, top, level_leaves)
         if memory_empty:
             return Read(after, None, None, leaves)
         if self.unsurveyed:
@@ -165,8 +169,8 @@ class StoreBacklog:
         self.pulled.update(seq for seq, _ in expired)
         if read.priority is not None:
             self.level_after[read.priority] = last
-            if seen_all:
-                self.left[read.priority] = 0
+            if batch.at_end:  # only those left since it was asked for may lie beyond
+                self.left[read.priority] = self.left_total[read.priority] - read.level_leaves
         elif read.survey:
             self.survey_after = last
             self.unsurveyed = not seen_all

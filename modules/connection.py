@@ -571,16 +571,17 @@ class ClientConnection:
     def _take(
         self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
     ) -> tuple[Subscription, list[Message], StoreTransaction] | None:
-        """Apply an ACK/NACK: the subscription, the messages taken from the consumer for
-        good (none for a requeuing NACK) and what the store must change; None when it
-        was already covered (an earlier cumulative ACK, or the consumer went away)."""
+        """Apply an ACK/NACK: the subscription, the messages an ACK took from the consumer
+        (given back if its transaction fails) and what the store must change; None when it
+        was already covered (an earlier cumulative ACK, or the consumer went away). A NACK
+        takes nothing to give back: its messages are delivered again, or moved to the dead
+        message queue, when it is applied."""
         if subscription.unacked is None or message_id not in subscription.unacked:
             return None
         messages = subscription.take_acknowledged(message_id)
         destination = subscription.destination
         if nack:
-            changes = destination.rejected(subscription, messages, requeue)
-            return subscription, [] if requeue else messages, changes
+            return subscription, [], destination.rejected(subscription, messages, requeue)
         return subscription, messages, destination.acknowledged(subscription, messages)
 
     def store_acknowledgement(self, changes: StoreTransaction, receipt: str | None) -> None:

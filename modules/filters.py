@@ -18,7 +18,7 @@ message, not a hundred evaluations.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wiremq.modules.levels import Levels
 from wiremq.modules.selector import Selector
@@ -60,34 +60,34 @@ class Matcher:
         self.others: list[Filter] = []
 
     def add(self, filter_: Filter) -> None:
-        key = self._key(filter_)
-        if key is None:
+        table = self._table(filter_)
+        if table is None:
             self.others.append(filter_)
-            return
-        name, value = key
-        by_text, by_number = self.indexed.setdefault(name, ({}, {}))
-        table: dict = by_text if isinstance(value, str) else by_number  # type: ignore[type-arg]
-        table.setdefault(value, []).append(filter_)
+        else:
+            table[1].setdefault(table[2], []).append(filter_)
 
     def remove(self, filter_: Filter) -> None:
-        key = self._key(filter_)
-        if key is None:
+        table = self._table(filter_)
+        if table is None:
             self.others.remove(filter_)
             return
-        name, value = key
-        by_text, by_number = self.indexed[name]
-        table: dict = by_text if isinstance(value, str) else by_number  # type: ignore[type-arg]
-        table[value].remove(filter_)
-        if not table[value]:
-            del table[value]
-        if not by_text and not by_number:
+        name, filters, value = table
+        filters[value].remove(filter_)
+        if not filters[value]:
+            del filters[value]
+        if not any(self.indexed[name]):
             del self.indexed[name]
 
-    @staticmethod
-    def _key(filter_: Filter) -> tuple[str, str | int | float] | None:
+    def _table(self, filter_: Filter) -> tuple[str, dict[Any, list[Filter]], Any] | None:
+        """Where ``filter_`` is indexed: its header, the table by text or by number, and
+        the value it requires; None if it is not indexed."""
         assert filter_.selector is not None
         equalities = filter_.selector.equalities
-        return equalities[0] if equalities else None
+        if not equalities:
+            return None
+        name, value = equalities[0]
+        by_text, by_number = self.indexed.setdefault(name, ({}, {}))
+        return name, by_text if isinstance(value, str) else by_number, value
 
     def matching(self, message: Message) -> list[Filter]:
         """The filters whose selector is TRUE for ``message``."""

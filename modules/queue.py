@@ -118,7 +118,7 @@ class Queue(Destination):
     def _arrive(self, message: Message) -> None:
         """A message is in memory now: listed, or kept for routing (selective dispatch)."""
         self._placed(message)
-        if message.group is not None and not self.selective:
+        if message.group is not None:
             self.uses_groups = True
             self._set_selective(True)
         if self.selective:

@@ -353,3 +353,138 @@ def test_bad_wildcards_are_refused(make_net):
         consumer.subscribe(pattern)
         [error] = consumer.errors
         assert error.headers["message"] == "invalid destination", pattern
+
+
+# -- more edges ------------------------------------------------------------------------------
+
+
+def test_the_last_selective_consumer_leaving_makes_the_queue_plain_again(make_net):
+    net = make_net()
+    producer, selective, plain = Peer(net, "p"), Peer(net, "s"), Peer(net, "a")
+    selective.subscribe("/queue/m", selector="k = 1")
+    _send_many(producer, "/queue/m", ["x", "y"], k="2")
+    queue = net.queue("/queue/m")
+    assert queue.selective and list(queue.filters) == ["k = 1"]
+    selective.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    assert not queue.selective and not queue.filters and not queue.matcher.indexed
+    plain.subscribe("/queue/m")
+    assert plain.bodies() == ["x", "y"]
+
+
+def test_a_group_message_its_owner_does_not_select_waits_for_the_owner_to_go(make_net):
+    net = make_net()
+    producer, owner, other = Peer(net, "p"), Peer(net, "o"), Peer(net, "x")
+    owner.subscribe("/queue/gs", selector="part = 1")
+    producer.send("/queue/gs", "first", {"JMSXGroupID": "g", "part": "1"})
+    other.subscribe("/queue/gs")
+    producer.send("/queue/gs", "second", {"JMSXGroupID": "g", "part": "2"})
+    assert owner.bodies() == ["first"] and other.bodies() == []
+    owner.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    assert other.bodies() == ["second"]
+    assert other.messages[0].headers["JMSXGroupFirstForConsumer"] == "true"
+
+
+def test_group_sequence_minus_one_closes_the_group(make_net):
+    net = make_net()
+    producer, first, second = Peer(net, "p"), Peer(net, "a"), Peer(net, "b")
+    first.subscribe("/queue/gc", ack="client-individual", consumerQueueEntriesSize="1")
+    producer.send("/queue/gc", "1", {"JMSXGroupID": "g"})
+    producer.send("/queue/gc", "2", {"JMSXGroupID": "g", "JMSXGroupSeq": "-1"})
+    assert first.bodies() == ["1"]
+    first.ack(first.messages[0])
+    assert first.bodies() == ["1", "2"]  # still its group until the closing message
+    second.subscribe("/queue/gc", ack="client-individual")
+    first.ack(first.messages[1])
+    producer.send("/queue/gc", "3", {"JMSXGroupID": "g"})  # a new group of the same id
+    owners = [p for p in (first, second) if "3" in p.bodies()]
+    assert len(owners) == 1
+    [message] = [m for m in owners[0].messages if m.body == b"3"]
+    assert message.headers["JMSXGroupFirstForConsumer"] == "true"
+
+
+def test_an_expired_message_listed_for_a_selector_is_never_delivered(make_net):
+    net = make_net()
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    consumer.subscribe("/queue/exp", selector="k = 1", consumerQueueEntriesSize="1", ack="client")
+    soon = str(net.runtime.now_ms() + 1000)
+    producer.send("/queue/exp", "held", {"k": "1"})  # fills the window: the next are listed
+    producer.send("/queue/exp", "old", {"k": "1", "expires": soon})
+    producer.send("/queue/exp", "fresh", {"k": "1"})
+    assert consumer.bodies() == ["held"]
+    net.runtime.advance(2.0)
+    consumer.ack(consumer.messages[0])
+    assert consumer.bodies() == ["held", "fresh"]
+    assert net.queue("/queue/exp").snapshot() == []
+
+
+def test_a_topic_nack_past_the_limit_copies_the_message_to_the_dmq(make_net):
+    net = make_net(destinations={"/topic/t": {"maxredeliveries": 1}})
+    producer, subscriber, other, dead = (
+        Peer(net, "p"),
+        Peer(net, "s"),
+        Peer(net, "o"),
+        Peer(net, "d"),
+    )
+    dead.subscribe("/queue/DMQ")
+    subscriber.subscribe("/topic/t", ack="client-individual")
+    other.subscribe("/topic/t")
+    producer.send("/topic/t", "news")
+    for expected in (None, "1"):
+        [message] = subscriber.messages
+        assert message.headers.get("x-delivery-count") == expected
+        subscriber.writer.frames.clear()
+        _nack(subscriber, message)
+    assert subscriber.messages == [] and other.bodies() == ["news"]
+    [moved] = dead.messages
+    assert moved.headers["dead-reason"] == "redelivery limit"
+    assert moved.headers["original-destination"] == "/topic/t"
+
+
+def test_topic_selectors_apply_to_live_and_durable_replayed_messages(make_net):
+    net = make_net(persistent=True)
+    producer = Peer(net, "p")
+    durable = Peer(net, "d")
+    durable.subscribe(
+        "/topic/sel", ack="client-individual", selector="n > 5", **{"durable": "true"}
+    )
+    durable.connection.connection_lost()
+    net.settle()
+    for n in (1, 7, 3, 9):
+        producer.send("/topic/sel", str(n), {"n": str(n), **PERSISTENT})
+    back = Peer(net, "d2")
+    back.subscribe("/topic/sel", ack="client-individual", selector="n > 5", **{"durable": "true"})
+    assert back.bodies() == ["7", "9"]
+    live = Peer(net, "l")
+    live.subscribe("/topic/sel", selector="n <= 5")
+    producer.send("/topic/sel", "4", {"n": "4"})
+    producer.send("/topic/sel", "6", {"n": "6"})
+    assert live.bodies() == ["4"] and back.bodies() == ["7", "9", "6"]
+
+
+def test_wildcards_browsers_and_durables_do_not_mix(make_net):
+    net = make_net(persistent=True)
+    cases = [
+        ("/queue/a.*", {"browser": "true"}, "browsing a wildcard"),
+        ("/topic/a.*", {"durable": "true"}, "durable wildcard"),
+        ("/topic/t", {"browser": "true"}, "not a queue"),
+    ]
+    for destination, headers, message in cases:
+        client = Peer(net, destination)
+        client.subscribe(destination, **headers)
+        [error] = client.errors
+        assert error.headers["message"] == message
+
+
+def test_a_wildcard_client_ack_is_cumulative_over_its_queues(make_net):
+    net = make_net()
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    consumer.subscribe("/queue/w.*", ack="client")
+    for name in ("/queue/w.a", "/queue/w.b", "/queue/w.a"):
+        producer.send(name, name)
+    assert len(consumer.messages) == 3
+    consumer.ack(consumer.messages[-1])  # covers all three
+    consumer.connection.connection_lost()
+    net.settle()
+    again = Peer(net, "again")
+    again.subscribe("/queue/w.*")
+    assert again.bodies() == []

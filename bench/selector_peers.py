@@ -16,8 +16,8 @@ message is printed too. ``--consumers`` runs that many competing consumers
 (all with the selector). ActiveMQ must run on 127.0.0.1:61613
 (``../shared/peers/setup.sh``).
 
-    .venv/bin/python bench/selectors.py
-    .venv/bin/python bench/selectors.py --consumers 4 --repeats 5
+    .venv/bin/python bench/selector_peers.py
+    .venv/bin/python bench/selector_peers.py --consumers 4 --repeats 5
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from peers import ACTIVEMQ, PEERS, listening, number, ratio
+from peers import ACTIVEMQ, PEERS, listening, number, ratio, stompbench
 from server_proc import ManagedServer
 
 SELECTOR = "region = 'EU' AND price > 100"
@@ -38,12 +37,10 @@ HEADERS = ["--header", "region:EU", "--header", "price:150"]
 PROBE = 5000
 
 
-def stompbench(port: int, messages: int, consumers: int, extra: list[str]) -> dict[str, object]:
-    command = [
-        sys.executable,
-        str(PEERS / "stompbench.py"),
-        "--port",
-        str(port),
+def run(port: int, messages: int, consumers: int, extra: list[str]) -> dict[str, object]:
+    """One stompbench run of the scenario (see the module docstring)."""
+    return stompbench(
+        port,
         "--scenario",
         "queue-np",
         "--size",
@@ -56,10 +53,8 @@ def stompbench(port: int, messages: int, consumers: int, extra: list[str]) -> di
         "10",
         *HEADERS,
         *extra,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else {"errors": [done.stderr[-300:]]}
+        timeout=600,
+    )
 
 
 def main() -> int:
@@ -90,7 +85,7 @@ def main() -> int:
         }
         sizes = {}
         for label, (port, extra) in runs.items():
-            probe = stompbench(port, PROBE, args.consumers, extra)
+            probe = run(port, PROBE, args.consumers, extra)
             rate = probe.get("msgs_per_s")
             if not isinstance(rate, int | float) or not probe.get("all_received"):
                 print(f"{label}: the probe failed: {probe}", file=sys.stderr)
@@ -100,7 +95,7 @@ def main() -> int:
         with (out / "runs.jsonl").open("w") as log:
             for _ in range(args.repeats):
                 for label, (port, extra) in runs.items():
-                    result = stompbench(port, sizes[label], args.consumers, extra)
+                    result = run(port, sizes[label], args.consumers, extra)
                     result["label"] = label
                     log.write(json.dumps(result) + "\n")
                     results[label].append(result)
