@@ -23,7 +23,12 @@ read):
 
 Messages read out of order are ``pulled``: the reads that come later skip
 them (they are in memory, or delivered and not yet acknowledged), until the
-main read passes them. One read runs at a time per queue.
+main read passes them. While memory stays full of messages nobody selects,
+the main read does not come, so once ``pulled`` has doubled (and holds more
+than ``scanmsgamount``) a *sweep* looks in the store for the pulled messages
+still there and forgets the others (acknowledged since: a position is never
+used twice), so what the queue remembers stays proportional to what it holds.
+One read runs at a time per queue.
 
 A read sees every message committed before it was asked for; one left in the
 store after that may be past what it saw, so a read that reached the end has
@@ -61,6 +66,7 @@ class Read:
     priority: int | None = None
     level_leaves: int = 0  # a read of one priority: messages of it left before it was asked
     survey: bool = False  # the survey after a restart (above the default priority)
+    sweep: bool = False  # looking for the pulled messages still in the store
     filter: Filter | None = None  # a read for a selective consumer
 
 
@@ -76,7 +82,9 @@ class StoreBacklog:
         # by consumers, or acknowledged and on their way out of the store).
         self.given_back: set[int] = set()
         self.given_back_upto = 0
-        self.pulled: set[int] = set()  # read out of order, after ``after``
+        self.pulled: dict[int, str] = {}  # read out of order, after ``after``: their ids
+        self.sweep_at = 0  # pulled messages remembered that make a sweep worth it
+        self.sweep_after: int | None = None  # a sweep under way: how far it looked
         self.left = [0] * PRIORITIES  # messages left in the store, per priority
         self.left_total = [0] * PRIORITIES  # messages ever left, per priority
         self.level_after = [0] * PRIORITIES  # how far each priority's reads went
@@ -136,6 +144,11 @@ class StoreBacklog:
             if filter_.store_seen != leaves:  # it has not seen every message left
                 start = max(filter_.store_after, after)
                 return Read(start, make_match(filter_), examine, leaves, filter=filter_)
+        if self.sweep_after is None and len(self.pulled) > max(examine, self.sweep_at):
+            self.sweep_after = min(self.pulled) - 1
+        if self.sweep_after is not None:
+            ids = frozenset(self.pulled.values())
+            return Read(self.sweep_after, _one_of(ids), examine, leaves, sweep=True)
         return None
 
     def higher_priority(self, memory_empty: bool, best_waiting: int) -> int | None:
@@ -159,14 +172,17 @@ class StoreBacklog:
         expired = self._not_handed_out(batch.expired)
         last = batch.last_seq
         seen_all = batch.at_end and self.leaves == read.leaves
+        if read.sweep:
+            self._swept(read.after, batch)
+            return [], []
         for _, stored in messages:
             if self.left[stored.priority] > 0:
                 self.left[stored.priority] -= 1
         if read.match is None:
             self._main_read(last, seen_all)
             return messages, expired
-        self.pulled.update(seq for seq, _ in messages)
-        self.pulled.update(seq for seq, _ in expired)
+        self.pulled.update((seq, m.message_id) for seq, m in messages)
+        self.pulled.update((seq, m.message_id) for seq, m in expired)
         if read.priority is not None:
             self.level_after[read.priority] = last
             if batch.at_end:  # only those left since it was asked for may lie beyond
@@ -180,18 +196,32 @@ class StoreBacklog:
                 read.filter.store_seen = read.leaves
         return messages, expired
 
+    def _swept(self, start: int, batch: Batch) -> None:
+        """A sweep looked at the store after ``start`` up to ``batch.last_seq``: the pulled
+        messages there that it did not find are gone for good."""
+        last = batch.last_seq
+        found = {seq for seq, _ in batch.messages}
+        for seq in [s for s in self.pulled if start < s <= last and s not in found]:
+            del self.pulled[seq]
+        if batch.at_end or not self.pulled or last >= max(self.pulled):
+            self.sweep_after = None
+            self.sweep_at = 2 * len(self.pulled)
+        else:
+            self.sweep_after = last
+
     def _main_read(self, last: int, seen_all: bool) -> None:
         if last >= self.given_back_upto:
             self.given_back.clear()  # read past them all (any not met left the store)
         if seen_all:
             self.after = None
             self.pulled.clear()
+            self.sweep_after = None
             self.left = [0] * PRIORITIES
             self.unsurveyed = False
             return
         self.after = last
         if self.pulled:
-            self.pulled = {seq for seq in self.pulled if seq > last}
+            self.pulled = {seq: i for seq, i in self.pulled.items() if seq > last}
         self.level_after = [max(a, last) for a in self.level_after]
 
     def _not_handed_out(self, read: Found) -> Found:
@@ -233,11 +263,16 @@ class StoreBacklog:
         self.leaves += 1  # what filters saw in the store is not all there is to see now
         self.after = min(self.given_back) - 1
         self.level_after = [min(a, self.after) for a in self.level_after]
-        self.pulled = {seq for seq in self.pulled if seq not in self.given_back}
+        self.pulled = {s: i for s, i in self.pulled.items() if s not in self.given_back}
+        self.sweep_after = None
 
 
 def _priority_is(priority: int) -> Match:
     return lambda stored: stored.priority == priority
+
+
+def _one_of(message_ids: frozenset[str]) -> Match:
+    return lambda stored: stored.message_id in message_ids
 
 
 def _priority_above(priority: int) -> Match:

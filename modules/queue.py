@@ -133,19 +133,30 @@ class Queue(Destination):
         message.group = message.headers.get(GROUP)
 
     def _keep_in_memory(self, message: Message) -> bool:
-        """Whether a new persistent message stays in memory (the live buffer has room and
-        nothing is left in the store before it); else it is left in the store."""
+        """Whether a new persistent message stays in memory: the live buffer has room and
+        nothing is left in the store before it, or (within the global bound) a selective
+        consumer that has seen all its store holds selects it (so it need not be searched
+        for there); else it is left in the store."""
         persistence = self.persistence
         assert persistence is not None
         size = message.size
-        if (
-            self.backlog.after is None
-            and self.cache_bytes + size <= persistence.queue_cache_limit
-            and persistence.cache_bytes + size <= persistence.cache_limit
+        backlog = self.backlog
+        if persistence.cache_bytes + size <= persistence.cache_limit and (
+            (backlog.after is None and self.cache_bytes + size <= persistence.queue_cache_limit)
+            or (backlog.after is not None and self.filters and self._awaited(message))
         ):
             self._cache_count(size)
             return True
-        self.backlog.leave(message.store_seq, message.priority)
+        backlog.leave(message.store_seq, message.priority)
+        return False
+
+    def _awaited(self, message: Message) -> bool:
+        """Whether a selective consumer that has seen everything its queue left in the store
+        selects ``message``: kept in memory (and remembered as read out of order)."""
+        leaves = self.backlog.leaves
+        if any(f.store_seen == leaves for f in self.matcher.matching(message)):
+            self.backlog.pulled[message.store_seq] = message.message_id
+            return True
         return False
 
     def _count_volatile(self) -> None:

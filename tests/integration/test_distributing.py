@@ -242,3 +242,23 @@ def test_a_browser_sees_the_queue_then_browser_end_and_consumes_nothing(server):
     consumer, consumer_recorder = connect(server.port)
     _subscribed(consumer, consumer_recorder, "/queue/browse")
     assert len(consumer_recorder.wait_for_messages(4)) == 4
+
+
+def test_topic_subscribers_and_durable_subscribers_get_what_their_selectors_select(server):
+    durable, durable_recorder = connect(server.port, **{"client-id": "sel"})
+    headers = {"activemq.subscriptionName": "big", "selector": "size >= 10"}
+    _subscribed(durable, durable_recorder, "/topic/sizes", "d", ack="client-individual", **headers)
+    durable.disconnect()
+    live, live_recorder = connect(server.port)
+    _subscribed(live, live_recorder, "/topic/sizes", selector="size < 10 OR size IS NULL")
+    producer, recorder = connect(server.port)
+    for size in ("3", "12", "", "40"):
+        extra = {"size": size} if size else {}
+        producer.send("/topic/sizes", size or "none", headers={**extra, **PERSISTENT}, receipt=size)
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 4)
+    assert [m.body for m in live_recorder.wait_for_messages(2)] == ["3", "none"]
+    back, back_recorder = connect(server.port, **{"client-id": "sel"})
+    _subscribed(back, back_recorder, "/topic/sizes", "d", ack="client-individual", **headers)
+    assert [m.body for m in back_recorder.wait_for_messages(2)] == ["12", "40"]
+    _quiet(back_recorder, 2)
+    assert len(live_recorder.messages) == 2

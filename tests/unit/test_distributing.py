@@ -488,3 +488,25 @@ def test_a_wildcard_client_ack_is_cumulative_over_its_queues(make_net):
     again = Peer(net, "again")
     again.subscribe("/queue/w.*")
     assert again.bodies() == []
+
+
+def test_a_queue_stuck_with_unselected_messages_does_not_remember_every_pulled_one(make_net):
+    values = {
+        "DestinationManager.persqueuebytehighwatermark": 100,
+        "PersQueueFileStore.scanmsgamount": 20,
+    }
+    net = make_net(values, persistent=True)
+    producer, consumer = Peer(net, "p"), Peer(net, "c")
+    _send_many(producer, "/queue/stuck", [f"junk{i}" + "." * 20 for i in range(4)], **PERSISTENT)
+    consumer.subscribe("/queue/stuck", ack="client-individual", selector="k = 1")
+    queue = net.queue("/queue/stuck")
+    received = []
+    for i in range(300):
+        producer.send("/queue/stuck", f"m{i}", {"k": "1", **PERSISTENT})
+        for message in consumer.messages:
+            received.append(message.body.decode())
+            consumer.ack(message)
+        consumer.writer.frames.clear()
+    assert received == [f"m{i}" for i in range(300)]
+    assert queue.cache_bytes > 0 and queue.backlog.after is not None  # the junk stays
+    assert len(queue.backlog.pulled) <= 2 * 20  # swept: not one per message taken
