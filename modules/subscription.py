@@ -349,4 +349,6 @@ class Subscription:
             "durable": "/".join(self.durable_key) if self.durable_key else None,
             "replaying": self.replaying if self.durable_key else None,
             "policy": self.policy,
+            "selector": self.selector.text if self.selector is not None else None,
+            "exclusive": self.exclusive,
         }
