@@ -42,6 +42,7 @@ class Topic(Destination):
         self.buffer: deque[Message | None] = deque()  # None: an expired message's place
         self.first = 0  # index of buffer[0] in the topic's message sequence
         self.unwritten_dropped = 0  # messages dropped from subscribers that went away
+        self.selecting = 0  # subscribers with a selector
         self.live = services.flow.live
         self.own_live = self.own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
         self.store_watermark = self.own_watermark(
@@ -58,14 +59,17 @@ class Topic(Destination):
         if not self.buffer and all(
             s.ready_for(message) or s.skips(message) for s in consumers
         ):  # the common case: everyone keeps up, nothing is buffered
-            stored = message.store_seq
-            for subscription in consumers:
-                subscription.cursor += 1
-                accepts = subscription.accepts
-                if (accepts is None or accepts(message)) and not (
-                    stored and subscription.left_to_replay(message)
-                ):
-                    subscription.deliver(message)
+            if self.selecting:  # some subscriber has a selector
+                for subscription in consumers:
+                    subscription.cursor += 1
+                    if not subscription.skips(message):
+                        subscription.deliver(message)
+            else:
+                stored = message.store_seq
+                for subscription in consumers:
+                    subscription.cursor += 1
+                    if not (stored and subscription.left_to_replay(message)):
+                        subscription.deliver(message)
             self.first += 1
             return
         self.buffer.append(message)
@@ -173,6 +177,8 @@ class Topic(Destination):
         subscription.cursor = self.first + len(self.buffer)  # only what comes from now on
         subscription.policy = self.policy.slowsubscriberpolicy
         super().subscribe(subscription)
+        if subscription.accepts is not None:
+            self.selecting += 1
 
     def registered(self, subscription: Subscription, info: SubscriptionInfo) -> None:
         """A durable subscriber's subscription is in the store: it replays what it missed."""
@@ -183,6 +189,8 @@ class Topic(Destination):
         it comes back; the other messages never written to it are dropped, counted and
         logged."""
         del self.consumers[subscription]
+        if subscription.accepts is not None:
+            self.selecting -= 1
         subscription.take_unacked()
         durable = subscription.durable_key is not None
         if durable:

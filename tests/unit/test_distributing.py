@@ -510,3 +510,33 @@ def test_a_queue_stuck_with_unselected_messages_does_not_remember_every_pulled_o
     assert received == [f"m{i}" for i in range(300)]
     assert queue.cache_bytes > 0 and queue.backlog.after is not None  # the junk stays
     assert len(queue.backlog.pulled) <= 2 * 20  # swept: not one per message taken
+
+
+def test_a_topic_selects_while_any_subscriber_has_a_selector_and_fans_out_plainly_after(make_net):
+    net = make_net(persistent=True)
+    producer, plain = Peer(net, "p"), Peer(net, "plain")
+    low, high, durable = Peer(net, "low"), Peer(net, "high"), Peer(net, "d")
+    plain.subscribe("/topic/mix")
+    low.subscribe("/topic/mix", selector="n < 5")
+    high.subscribe("/topic/mix", selector="n > 5")
+    durable.subscribe("/topic/mix", selector="n = 1", durable="true")
+    topic = net.topic("/topic/mix")
+    assert topic.selecting == 3
+    low.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    durable.connection.connection_lost()
+    net.settle()
+    assert topic.selecting == 1
+    producer.send("/topic/mix", "3", {"n": "3"})
+    producer.send("/topic/mix", "7", {"n": "7"})
+    assert high.bodies() == ["7"] and plain.bodies() == ["3", "7"] and low.bodies() == []
+    back = Peer(net, "d")  # the durable subscriber again, with another selector
+    back.subscribe("/topic/mix", selector="n = 2", durable="true")
+    assert topic.selecting == 2
+    producer.send("/topic/mix", "1", {"n": "1"})
+    producer.send("/topic/mix", "2", {"n": "2"})
+    assert back.bodies() == ["2"] and high.bodies() == ["7"]
+    for subscriber in (high, back):
+        subscriber.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    assert topic.selecting == 0
+    producer.send("/topic/mix", "9", {"n": "9"})
+    assert plain.bodies() == ["3", "7", "1", "2", "9"] and high.bodies() == ["7"]
