@@ -43,7 +43,15 @@ from pathlib import Path
 
 from server_proc import ManagedServer, free_port
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
+# ../shared/peers of the checkout, or of a folder above it (a worktree in /work/wt/NAME)
+PEERS = next(
+    (
+        p / "shared" / "peers"
+        for p in Path(__file__).resolve().parents[1:]
+        if (p / "shared" / "peers").is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "peers",
+)
 ACTIVEMQ = ("127.0.0.1", 61613)
 RABBITMQ = ("127.0.0.1", 61614)
 RELAY_SCENARIOS = "queue-np+topic-fanout+latency"  # all the relay speaks

@@ -262,3 +262,72 @@ def test_topic_subscribers_and_durable_subscribers_get_what_their_selectors_sele
     assert [m.body for m in back_recorder.wait_for_messages(2)] == ["12", "40"]
     _quiet(back_recorder, 2)
     assert len(live_recorder.messages) == 2
+
+
+def test_selectors_read_the_jms_fields_and_numeric_header_values(server):
+    jms, jms_recorder = connect(server.port)
+    _subscribed(
+        jms,
+        jms_recorder,
+        "/queue/fields",
+        "j",
+        selector="JMSPriority > 6 AND JMSType = 'order' AND JMSDeliveryMode = 'PERSISTENT'",
+    )
+    numeric, numeric_recorder = connect(server.port)
+    _subscribed(
+        numeric,
+        numeric_recorder,
+        "/queue/fields",
+        "n",
+        selector="price * 2 > 250 AND qty BETWEEN 1 AND 10 AND code LIKE 'A\\_%' ESCAPE '\\'",
+    )
+    sent = [
+        ("urgent order", {"priority": "9", "type": "order", **PERSISTENT}),
+        ("not persistent", {"priority": "9", "type": "order"}),
+        ("low priority", {"priority": "5", "type": "order", **PERSISTENT}),
+        ("big", {"price": "150", "qty": "5", "code": "A_1"}),
+        ("too cheap", {"price": "100", "qty": "5", "code": "A_1"}),
+        ("not a number", {"price": "lots", "qty": "5", "code": "A_1"}),
+        ("code unlike", {"price": "150", "qty": "5", "code": "AB1"}),
+        ("exponent", {"price": "1.5e2", "qty": "10", "code": "A_"}),
+    ]
+    producer, recorder = connect(server.port)
+    for i, (body, headers) in enumerate(sent):
+        producer.send("/queue/fields", body, headers=headers, receipt=str(i))
+    assert recorder.wait_until(lambda: len(recorder.receipts) == len(sent))
+    assert [m.body for m in jms_recorder.wait_for_messages(1)] == ["urgent order"]
+    assert [m.body for m in numeric_recorder.wait_for_messages(2)] == ["big", "exponent"]
+    _quiet(numeric_recorder, 2)
+    assert len(jms_recorder.messages) == 1
+    queue = server.core.destinations.queues["/queue/fields"]
+    assert sorted(m.body for m in queue.snapshot()) == sorted(
+        b"not persistent,low priority,too cheap,not a number,code unlike".split(b",")
+    )
+
+
+def test_a_consumer_that_vanishes_with_a_message_counts_as_a_delivery(start_server):
+    server = start_server(
+        '<wiremq><Destination name="/queue/vanish" maxredeliveries="1"/></wiremq>'
+    )
+    dead, dead_recorder = connect(server.port)
+    _subscribed(dead, dead_recorder, "/queue/DMQ")
+    second, second_recorder = connect(server.port)
+    _subscribed(
+        second, second_recorder, "/queue/vanish", ack="client-individual", selector="JMSRedelivered"
+    )
+    fill(server.port, "/queue/vanish", ["held"], **PERSISTENT)
+    first, first_recorder = connect(server.port)
+    _subscribed(first, first_recorder, "/queue/vanish", ack="client-individual")
+    [message] = first_recorder.wait_for_messages(1)
+    assert message.headers["redelivered"] == "false" and "x-delivery-count" not in message.headers
+    assert second_recorder.messages == []
+    first.disconnect()  # without acknowledging: the message goes back, delivered once
+    [again] = second_recorder.wait_for_messages(1)
+    assert again.headers["redelivered"] == "true" and again.headers["x-delivery-count"] == "1"
+    second.disconnect()  # the second delivery vanishes too: past maxredeliveries 1
+    [moved] = dead_recorder.wait_for_messages(1)
+    assert moved.body == "held"
+    assert moved.headers["original-destination"] == "/queue/vanish"
+    assert moved.headers["dead-reason"] == "redelivery limit"
+    assert moved.headers["dead-delivery-count"] == "2"
+    assert server.store.count("/queue/vanish")[0] == 0
