@@ -14,6 +14,7 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py                      # queue, 1 consumer, ack auto
     .venv/bin/python bench/path_profile.py --topic --consumers 4
     .venv/bin/python bench/path_profile.py --ack client-individual
+    .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from wiremq.modules.connection import ClientConnection
 from wiremq.modules.core import Core
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.modules.users import UsersFile
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 
@@ -81,8 +84,15 @@ class Runtime:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    def worker(self, name: str) -> object:
-        raise RuntimeError("no store in this bench")
+    def worker(self, name: str) -> Runtime:
+        if name != "login":
+            raise RuntimeError("no store in this bench")
+        return self  # logins are checked at once
+
+    def submit(
+        self, call: Callable[[], object], done: Callable[[object], None], failed: object
+    ) -> None:
+        done(call())
 
     def run(self) -> None:
         while self.soon:
@@ -124,11 +134,25 @@ class Writer:
 class Simulation:
     """A real ``Core`` (default pipelines, no store) on the minimal runtime, and clients
     whose sockets are simulated: what they send goes in as a socket read, what the server
-    writes to them is taken by their writer."""
+    writes to them is taken by their writer.
 
-    def __init__(self) -> None:
+    ``users``: a users file, the clients log in as a user who may read, write and create
+    (not an admin: every permission is looked up); else none, and nothing is checked."""
+
+    def __init__(self, users: bool = False) -> None:
+        data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+        self.login = b""
+        if users:
+            UsersFile(data).set("bench", "bench-pw", "viewer")
+            UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
+            self.login = b"login:bench\npasscode:bench-pw\n"
         self.settings = Settings(
-            REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
+            REGISTRY,
+            {
+                "StompListener.heartbeatsend": 0,
+                "StompListener.heartbeatreceive": 0,
+                "Server.datadir": data,
+            },
         )
         self.runtime = Runtime()
         self.core = Core(self.settings, self.runtime, None, default_pipelines())  # type: ignore[arg-type]
@@ -142,7 +166,8 @@ class Simulation:
         connection = self.core.connect(egress, name, Reader(), time.monotonic())
         if isinstance(drains, Writer):
             drains.connection = connection
-        self.read(connection, b"CONNECT\naccept-version:1.2\n\n\0")
+        self.read(connection, b"CONNECT\naccept-version:1.2\n" + self.login + b"\n\0")
+        assert connection.session.version is not None and not connection.egress.close_requested
         return connection
 
     def read(self, connection: ClientConnection, data: bytes) -> None:
@@ -152,8 +177,8 @@ class Simulation:
         self.outbox.flush()
 
 
-def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
-    simulation = Simulation()
+def build(destination: str, consumers: int, ack: str, users: bool = False) -> Callable[[int], None]:
+    simulation = Simulation(users)
     for n in range(consumers):
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
         consumer = simulation.client(f"consumer-{n}", lambda e: Writer(e, ack != "auto"))
@@ -177,9 +202,10 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument("--users", action="store_true", help="a users file; clients log in")
     args = parser.parse_args()
     configure_logging("warning")
-    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack)
+    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack, args.users)
     run(20)  # warm-up
     collect_less()  # as the server does
     messages = args.reads * READ
@@ -190,7 +216,8 @@ def main() -> None:
         best = min(best, time.process_time() - started)
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies:")
+    who = ", clients logged in" if args.users else ""
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}:")
     print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
     profile = cProfile.Profile()
     profile.runcall(run, args.reads)

@@ -82,6 +82,10 @@ class StoreBacklog:
         # by consumers, or acknowledged and on their way out of the store).
         self.given_back: set[int] = set()
         self.given_back_upto = 0
+        # Stored messages an operator took out of the backlog (deleted, moved) whose removal
+        # a read may not see yet: its reads skip them.
+        self.withheld: set[int] = set()
+        self.left_upto = 0  # the last message left in the store (0: unknown)
         self.pulled: dict[int, str] = {}  # read out of order, after ``after``: their ids
         self.sweep_at = 0  # pulled messages remembered that make a sweep worth it
         self.sweep_after: int | None = None  # a sweep under way: how far it looked
@@ -102,6 +106,7 @@ class StoreBacklog:
             self.after = seq - 1  # it, and all after, stay in the store
             self.level_after = [max(a, seq - 1) for a in self.level_after]
         self.leaves += 1
+        self.left_upto = seq
         self.left[priority] += 1
         self.left_total[priority] += 1
 
@@ -213,21 +218,35 @@ class StoreBacklog:
         if last >= self.given_back_upto:
             self.given_back.clear()  # read past them all (any not met left the store)
         if seen_all:
-            self.after = None
-            self.pulled.clear()
-            self.sweep_after = None
-            self.left = [0] * PRIORITIES
-            self.unsurveyed = False
+            self._caught_up()
             return
         self.after = last
         if self.pulled:
             self.pulled = {seq: i for seq, i in self.pulled.items() if seq > last}
+        if self.withheld:
+            self.withheld = {seq for seq in self.withheld if seq > last}
         self.level_after = [max(a, last) for a in self.level_after]
+
+    def _caught_up(self) -> None:
+        """Nothing waits in the store that is not in memory."""
+        self.after = None
+        self.pulled.clear()
+        self.withheld.clear()
+        self.given_back.clear()
+        self.sweep_after = None
+        self.left = [0] * PRIORITIES
+        self.unsurveyed = False
+
+    def purged(self, upto: int) -> None:
+        """Every stored message waiting up to ``upto`` was removed (by an operator): unless
+        messages were left in the store after it meanwhile, nothing waits there now."""
+        if self.after is not None and not self.reading and self.left_upto <= upto:
+            self._caught_up()
 
     def _not_handed_out(self, read: Found) -> Found:
         """What a read brings into memory: ``left_in_store``; the given-back messages
         among them are no longer remembered."""
-        if not self.given_back and not self.pulled:
+        if not self.given_back and not self.pulled and not self.withheld:
             return read
         kept = self.left_in_store(read)
         for seq, _ in kept:
@@ -238,12 +257,16 @@ class StoreBacklog:
         """Of stored messages read after ``after``, those not in memory nor held by
         consumers: not read out of order before, and, up to ``given_back_upto``, only
         those given back (the others there are held by consumers, or acknowledged and on
-        their way out of the store). Nothing here changes (a browser reads this way)."""
+        their way out of the store); not withheld by an operator. Nothing here changes (a
+        browser reads this way)."""
         given_back, pulled, upto = self.given_back, self.pulled, self.given_back_upto
+        withheld = self.withheld
         return [
             (seq, m)
             for seq, m in found
-            if seq not in pulled and (seq > upto or seq in given_back or not given_back)
+            if seq not in pulled
+            and seq not in withheld
+            and (seq > upto or seq in given_back or not given_back)
         ]
 
     def read_failed(self) -> None:

@@ -56,7 +56,7 @@ class QueueBrowser:
 
     def start(self, subscription: Subscription) -> None:
         self.subscription = subscription
-        self.pending.extend(self.queue.snapshot())
+        self.pending.extend(self.queue.waiting())
         self.store_after = self.queue.backlog.after if self.queue.persistence else None
         self.consumer_ready()
 

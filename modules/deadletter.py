@@ -35,6 +35,7 @@ log = structlog.get_logger("wiremq.deadletter")
 ORIGINAL_DESTINATION = "original-destination"
 DEAD_REASON = "dead-reason"
 DEAD_DELIVERY_COUNT = "dead-delivery-count"
+DEAD_HEADERS = (ORIGINAL_DESTINATION, DEAD_REASON, DEAD_DELIVERY_COUNT)  # what made it dead
 # dead-reason values
 EXPIRED = "expired"
 _NOT_COPIED = frozenset({"expires", DELIVERY_COUNT})  # a dead copy starts afresh

@@ -134,10 +134,10 @@ class Levels:
         """Drop every stale entry (and second entries of one message); returns how many
         live entries are left."""
         kept = 0
-        for index, level in enumerate(self.levels):
+        for level in self.levels:
             if level:
                 live = [m for m in dict.fromkeys(level) if self.live(m)]
-                self.levels[index] = deque(live)
+                _replace(level, live)
                 kept += len(live)
         self.compact_at = self.appended + max(GROWTH, 2 * kept)
         return kept
@@ -145,9 +145,9 @@ class Levels:
     def discard(self, messages: list[Message]) -> None:
         """Remove these messages wherever they are listed."""
         gone = {id(m) for m in messages}
-        for index, level in enumerate(self.levels):
+        for level in self.levels:
             if any(id(m) in gone for m in level):
-                self.levels[index] = deque(m for m in level if id(m) not in gone)
+                _replace(level, [m for m in level if id(m) not in gone])
 
     def clear(self) -> list[Message]:
         """Remove and return every live message, in delivery order."""
@@ -156,3 +156,10 @@ class Levels:
             level.clear()
         self.high = self.low = JMS_DEFAULT_PRIORITY
         return messages
+
+
+def _replace(level: deque[Message], messages: list[Message]) -> None:
+    """A level's messages replaced in place: a plain queue appends to its default level
+    through a reference of its own (``Queue._plain_level``)."""
+    level.clear()
+    level.extend(messages)

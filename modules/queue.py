@@ -34,9 +34,8 @@ otherwise back to its place, after ``redeliverydelay`` (growing by
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import structlog
 
@@ -45,6 +44,7 @@ from wiremq.modules.backlog import Read, StoreBacklog
 from wiremq.modules.deadletter import REDELIVERY_LIMIT, REJECTED
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
 from wiremq.modules.filters import Filter, Matcher
+from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.groups import CLOSES_GROUP, GROUP_SEQUENCE, Groups
 from wiremq.modules.levels import Levels, before, delivery_order
 from wiremq.modules.message import GROUP, PRIORITY, Message
@@ -60,6 +60,10 @@ DEFAULT = JMS_DEFAULT_PRIORITY
 
 class Queue(Destination):
     domain = P2P
+    OWN_WATERMARKS = (
+        ("own_volatile", "VolQueueStore", "VolQueueStoreImpl", ""),
+        ("store_watermark", "PersQueueStore", "PersQueueFileStore", ""),
+    )
 
     def __init__(self, name: str, services: DestinationServices) -> None:
         super().__init__(name, services)
@@ -72,7 +76,8 @@ class Queue(Destination):
         self.reading = QueueStoreSettings.read(services.settings, "PersQueueFileStore")
         self.cache_bytes = 0  # persistent messages in memory (the queue live buffer)
         self.backlog = StoreBacklog(self.reading)
-        self._arrival = itertools.count(1).__next__  # numbers messages in arrival order
+        self.arrivals = 0  # numbers messages in arrival order
+        self._read_back = 0  # arrivals that were stored messages read back, not new ones
         # In round-robin order: each consumer offered a message moves to the end.
         self.consumers: OrderedDict[Subscription, None] = OrderedDict()
         self.everyone = Filter(None, self.main)  # the consumers without a selector
@@ -88,10 +93,19 @@ class Queue(Destination):
         self.served = 0  # selective dispatch: consumers served, for fairness between filters
         self.delayed = 0  # messages waiting out a redelivery delay
         self.volatile = services.flow.volatile
-        self.own_volatile = self.own_watermark("VolQueueStore", "VolQueueStoreImpl")
-        self.store_watermark = self.own_watermark(
-            "PersQueueStore", "PersQueueFileStore", stops=not self.fail_when_full
+        self.own_volatile: Watermark | None = None
+        self._make_own_watermarks()
+
+    def configure(self) -> None:
+        super().configure()
+        self.reading = self.backlog.settings = QueueStoreSettings.read(
+            self.services.settings, "PersQueueFileStore"
         )
+
+    def held(self, kind: str) -> tuple[int, int]:
+        if kind == "VolQueueStore":  # what it counted (the rest comes with its next count)
+            return self.counter.messages, self.counter.bytes
+        return super().held(kind)
 
     @property
     def backlog_after(self) -> int | None:
@@ -101,7 +115,7 @@ class Queue(Destination):
     # -- arrival ---------------------------------------------------------------------------
 
     def enqueue(self, message: Message) -> None:
-        message.arrival = self._arrival()
+        self.arrivals = message.arrival = self.arrivals + 1
         if message.store_seq:
             if not self._keep_in_memory(message):
                 return
@@ -556,6 +570,7 @@ class Queue(Destination):
         client mode, what was never written to it in auto mode (the rest is taken); the
         message groups it owned, and what waited for it, go to other consumers."""
         del self.consumers[subscription]
+        self._consumer_gone(subscription)
         filter_ = subscription.filter
         assert filter_ is not None
         del filter_.consumers[subscription]
@@ -700,9 +715,10 @@ class Queue(Destination):
 
     def _backlog_read(self, read: Read, batch: Batch) -> None:
         messages, expired = self.backlog.read_done(read, batch)
+        self._read_back += len(messages)
         for seq, stored in messages:
             message = Message.from_stored(stored, seq)
-            message.arrival = self._arrival()
+            self.arrivals = message.arrival = self.arrivals + 1
             self._cache_count(message.size)
             self._arrive(message)
         if expired and self.reading.expiryonread:
@@ -729,7 +745,7 @@ class Queue(Destination):
             if stored:
                 expiry.expired_stored(stored)
 
-    def snapshot(self) -> list[Message]:
+    def waiting(self) -> list[Message]:
         """The messages waiting in memory, in the order they would be delivered (a
         browser's view)."""
         kept = self.groups.waiting()  # only in the selective way, where each has its level
@@ -776,24 +792,71 @@ class Queue(Destination):
                 for filter_ in self.filters.values():
                     filter_.store_after = min(filter_.store_after, after)
 
+    @property
+    def received(self) -> int:
+        return self.arrivals - self._read_back
+
+    # -- operator actions (the console) ----------------------------------------------------
+
+    def take_waiting(self, wanted: Callable[[Message], bool]) -> list[Message]:
+        """Take the messages waiting in memory that are ``wanted`` out of the queue (those
+        delivered and not yet acknowledged are not waiting); stored ones stay in the store
+        for the caller to remove."""
+        taken = [m for m in self._waiting() if wanted(m)]
+        if taken:
+            self._take_out(taken)
+        return taken
+
+    @property
+    def left_upto(self) -> int:
+        """The last stored message left in the store (0: unknown, after a restart)."""
+        return self.backlog.left_upto
+
+    def backlog_start(self) -> int | None:
+        """Where the stored messages not in memory begin (after this position), or None if
+        every waiting message is in memory."""
+        return self.backlog.after
+
+    def waiting_stored(
+        self, read: list[tuple[int, StoredMessage]]
+    ) -> list[tuple[int, StoredMessage]]:
+        """Of what a read of the store after ``backlog_start`` found, the messages that wait
+        here (not those in memory or delivered, not acknowledged, nor taken by an
+        operator)."""
+        return self.backlog.left_in_store(read)
+
+    def withhold(self, positions: list[int]) -> None:
+        """Stored messages an operator takes out of the backlog: no read hands them out,
+        even one that ran before their removal was committed."""
+        self.backlog.withheld.update(positions)
+
+    def backlog_purged(self, upto: int) -> None:
+        """Every stored message waiting up to ``upto`` was removed: unless messages were
+        left in the store after it meanwhile, there is no backlog any more."""
+        self.backlog.purged(upto)
+
     def state(self) -> dict[str, object]:
         waiting = self._waiting()
         volatile = [m for m in waiting if not m.store_seq]
+        held = [m for s in self.consumers if s.unacked for m in s.unacked.values()]
+        held_volatile = [m for m in held if not m.store_seq]
+        stored_messages, stored_bytes = self.stored()
+        messages = len(volatile) + len(held_volatile) + stored_messages
+        nbytes = sum(m.size for m in [*volatile, *held_volatile]) + stored_bytes
         return {
-            "name": self.name,
+            **self._state("queue", messages, nbytes),
+            "unacked": len(held),
             "consumers": len(self.consumers),
             "ready_consumers": sum(1 for c in self.consumers if c.ready),
             "selectors": sorted(self.filters),
             "exclusive_consumer": self.exclusive[0].sub_id if self.exclusive else None,
             "message_groups": len(self.groups.owners),
-            "producers": len(self.producers),
             "volatile_messages": len(volatile),
             "volatile_bytes": sum(m.size for m in volatile),
             "live_buffer_messages": len(waiting) - len(volatile),
             "live_buffer_bytes": self.cache_bytes,
             "backlog_in_store": self.backlog.after is not None,
             "redelivery_delayed": self.delayed,
-            "watermarks": [g.state() for g in self.gates],
         }
 
 

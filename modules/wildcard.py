@@ -89,8 +89,11 @@ class Wildcard:
         self.forget: Callable[[Wildcard], None] = lambda wildcard: None  # leave the registry
 
     def attach(self, destination: Destination) -> None:
-        """A matching destination (existing, or just made): the subscription joins it."""
-        if destination.name not in self.members:
+        """A matching destination (existing, or just made): the subscription joins it if
+        its client may read it (``may_read``: with a users file, the ``read`` permission)."""
+        if destination.name not in self.members and self.subscription.client.may_read(
+            destination.name
+        ):
             member = self.members[destination.name] = Member(self.subscription, destination)
             destination.subscribe(member)  # type: ignore[arg-type]
 

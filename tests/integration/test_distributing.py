@@ -300,7 +300,7 @@ def test_selectors_read_the_jms_fields_and_numeric_header_values(server):
     _quiet(numeric_recorder, 2)
     assert len(jms_recorder.messages) == 1
     queue = server.core.destinations.queues["/queue/fields"]
-    assert sorted(m.body for m in queue.snapshot()) == sorted(
+    assert sorted(m.body for m in queue.waiting()) == sorted(
         b"not persistent,low priority,too cheap,not a number,code unlike".split(b",")
     )
 

@@ -28,7 +28,7 @@ def test_a_selective_consumer_gets_only_what_it_selects_and_the_rest_waits(make_
         producer.send("/queue/s", str(i), {"region": region, "price": str(price)})
     assert eu.bodies() == ["0", "3"]
     queue = net.queue("/queue/s")
-    assert [m.body for m in queue.snapshot()] == [b"1", b"2"]  # nobody selects them: they wait
+    assert [m.body for m in queue.waiting()] == [b"1", b"2"]  # nobody selects them: they wait
     anyone.subscribe("/queue/s")
     assert anyone.bodies() == ["1", "2"]
 
@@ -42,7 +42,7 @@ def test_a_selective_consumer_behind_a_large_unmatched_backlog_is_not_starved(ma
     assert consumer.bodies() == ["wanted"]
     producer.send("/queue/deep", "later", {"kind": "signal"})
     assert consumer.bodies() == ["wanted", "later"]
-    assert len(net.queue("/queue/deep").snapshot()) == 20_000
+    assert len(net.queue("/queue/deep").waiting()) == 20_000
 
 
 def test_a_persistent_unmatched_backlog_read_back_from_the_store_does_not_starve(make_net):
@@ -72,7 +72,7 @@ def test_after_a_restart_a_selective_consumer_finds_its_message_deep_in_the_stor
     _send_many(producer, "/queue/r", noise, kind="noise", **PERSISTENT)
     producer.send("/queue/r", "wanted", {"kind": "signal", **PERSISTENT})
     first.close()
-    reopened = Net(SMALL_LIVE_BUFFER, {}, tmp_path / "store-0.fs")  # the same store
+    reopened = Net(SMALL_LIVE_BUFFER, {}, tmp_path / "store-0.fs", tmp_path / "data-0")
     try:
         consumer = Peer(reopened, "c")
         consumer.subscribe("/queue/r", selector="kind = 'signal'")
@@ -414,7 +414,7 @@ def test_an_expired_message_listed_for_a_selector_is_never_delivered(make_net):
     net.runtime.advance(2.0)
     consumer.ack(consumer.messages[0])
     assert consumer.bodies() == ["held", "fresh"]
-    assert net.queue("/queue/exp").snapshot() == []
+    assert net.queue("/queue/exp").waiting() == []
 
 
 def test_a_topic_nack_past_the_limit_copies_the_message_to_the_dmq(make_net):
@@ -540,3 +540,27 @@ def test_a_topic_selects_while_any_subscriber_has_a_selector_and_fans_out_plainl
     assert topic.selecting == 0
     producer.send("/topic/mix", "9", {"n": "9"})
     assert plain.bodies() == ["3", "7", "1", "2", "9"] and high.bodies() == ["7"]
+
+
+def test_a_plain_queue_delivers_what_comes_after_messages_taken_out_of_it(make_net):
+    """Messages taken out of a plain queue's list (expired here; given back, or taken by an
+    operator, the same way) leave the list it appends new messages to in place."""
+    net = make_net()
+    producer = Peer(net, "p")
+    expires = str(net.runtime.now_ms() + 1000)
+    producer.send("/queue/taken", "expiring", {"expires": expires})
+    queue = net.queue("/queue/taken")
+    queue.sweep_volatile(net.runtime.now_ms() + 2000)
+    assert queue.waiting() == []
+    producer.send("/queue/taken", "after")
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/taken")
+    assert consumer.bodies() == ["after"]
+    consumer.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    producer.send("/queue/taken", "operator")
+    producer.send("/queue/taken", "later")
+    assert [m.body for m in queue.take_waiting(lambda m: m.body == b"operator")] == [b"operator"]
+    producer.send("/queue/taken", "last")
+    again = Peer(net, "again")
+    again.subscribe("/queue/taken")
+    assert again.bodies() == ["later", "last"]
