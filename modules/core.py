@@ -106,7 +106,7 @@ class Core:
             self.persistence,
             self.clients,
             Counter(),
-            UnfinishedFrames(bounds.maxunfinishedbytes),
+            UnfinishedFrames(bounds.maxunfinishedbytes, bounds.maxconnections),
             bounds,
             self.authenticator,
         )
