@@ -131,52 +131,65 @@ class Writer:
             egress.outbox.ready.append(egress)
 
 
-def build(destination: str, consumers: int, ack: str, users: bool) -> Callable[[int], None]:
-    """``users``: a users file, the clients log in as a user who may read, write and create
-    (not an admin: every permission is looked up); else none, and nothing is checked."""
-    data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
-    login = b""
-    if users:
-        UsersFile(data).set("bench", "bench-pw", "viewer")
-        UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
-        login = b"login:bench\npasscode:bench-pw\n"
-    settings = Settings(
-        REGISTRY,
-        {
-            "StompListener.heartbeatsend": 0,
-            "StompListener.heartbeatreceive": 0,
-            "Server.datadir": data,
-        },
-    )
-    runtime = Runtime()
-    core = Core(settings, runtime, None, default_pipelines())  # type: ignore[arg-type]
-    outbox = Outbox()
-    limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
+class Simulation:
+    """A real ``Core`` (default pipelines, no store) on the minimal runtime, and clients
+    whose sockets are simulated: what they send goes in as a socket read, what the server
+    writes to them is taken by their writer.
 
-    def client(name: str, acks: bool) -> ClientConnection:
-        egress = Egress(outbox, limits)
-        writer = Writer(egress, acks)
-        connection = core.connect(egress, name, Reader(), time.monotonic())
-        writer.connection = connection
-        connect = b"CONNECT\naccept-version:1.2\n" + login + b"\n\0"
-        connection.data_received(connect, time.monotonic())
-        runtime.run()
+    ``users``: a users file, the clients log in as a user who may read, write and create
+    (not an admin: every permission is looked up); else none, and nothing is checked."""
+
+    def __init__(self, users: bool = False) -> None:
+        data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+        self.login = b""
+        if users:
+            UsersFile(data).set("bench", "bench-pw", "viewer")
+            UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
+            self.login = b"login:bench\npasscode:bench-pw\n"
+        self.settings = Settings(
+            REGISTRY,
+            {
+                "StompListener.heartbeatsend": 0,
+                "StompListener.heartbeatreceive": 0,
+                "Server.datadir": data,
+            },
+        )
+        self.runtime = Runtime()
+        self.core = Core(self.settings, self.runtime, None, default_pipelines())  # type: ignore[arg-type]
+        self.outbox = Outbox()
+        self.limits = queue_limits(EgressSettings.read(self.settings, "ClientEgress"))
+
+    def client(self, name: str, writer: Callable[[Egress], object]) -> ClientConnection:
+        """A connected client whose egress is drained by ``writer(egress)``."""
+        egress = Egress(self.outbox, self.limits)
+        drains = writer(egress)
+        connection = self.core.connect(egress, name, Reader(), time.monotonic())
+        if isinstance(drains, Writer):
+            drains.connection = connection
+        self.read(connection, b"CONNECT\naccept-version:1.2\n" + self.login + b"\n\0")
         assert connection.session.version is not None and not connection.egress.close_requested
-        outbox.flush()
         return connection
 
+    def read(self, connection: ClientConnection, data: bytes) -> None:
+        """One socket read of ``data``, then what it asked to run soon, then the writes."""
+        connection.data_received(data, time.monotonic())
+        self.runtime.run()
+        self.outbox.flush()
+
+
+def build(destination: str, consumers: int, ack: str, users: bool = False) -> Callable[[int], None]:
+    simulation = Simulation(users)
     for n in range(consumers):
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
-        client(f"consumer-{n}", ack != "auto").data_received(subscribe, time.monotonic())
-    producer = client("producer", False)
+        consumer = simulation.client(f"consumer-{n}", lambda e: Writer(e, ack != "auto"))
+        simulation.read(consumer, subscribe)
+    producer = simulation.client("producer", lambda e: Writer(e, False))
     frame = f"SEND\ndestination:{destination}\ncontent-length:128\n\n".encode() + b"x" * 128
     chunk = (frame + b"\0") * READ
 
     def run(reads: int) -> None:
         for _ in range(reads):
-            producer.data_received(chunk, time.monotonic())
-            runtime.run()
-            outbox.flush()
+            simulation.read(producer, chunk)
 
     return run
 

@@ -143,6 +143,7 @@ class QueueStoreSettings(SettingsGroup):
 
     expiryonread: bool
     readmsgamount: int
+    scanmsgamount: int
     fastdeletionsize: int
 
 
@@ -207,6 +208,10 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    maxredeliveries: int
+    redeliverydelay: int
+    redeliverybackoff: float
+    maxredeliverydelay: int
 
     @classmethod
     def for_destination(cls, settings: Settings, name: str) -> DestinationPolicy:

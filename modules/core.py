@@ -28,6 +28,7 @@ from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memo
 from wiremq.modules.authentication import Authenticator
 from wiremq.modules.catalog import build_chain, build_memory_levels
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.deadletter import DeadLetters
 from wiremq.modules.destination import DestinationServices
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.durable import ReplayManager
@@ -76,7 +77,8 @@ class Core:
         self.ids = Ids()
         self.pipelines = Pipelines()
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
-        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit)
+        self.dead_letters = DeadLetters(settings, self.persistence, self.pipelines.submit)
+        self.expiry = Expiry(settings, self.dead_letters)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
@@ -85,7 +87,7 @@ class Core:
         self.unacked = UnackedLimit(
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
-        self.volatile: VolQueueStore[Message] = VolQueueStore()
+        self.volatile = VolQueueStore()
         memwatch = MemWatchSettings.read(settings, "MemWatch")
         self.pools = WorkPools(
             *(
@@ -105,6 +107,7 @@ class Core:
                 self.flow,
                 self.persistence,
                 self.expiry,
+                self.dead_letters,
                 self.unacked,
                 self.replays,
                 self.volatile,

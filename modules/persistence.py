@@ -28,7 +28,7 @@ from wiremq.config.settings import Settings
 from wiremq.modules.groupcommit import GroupCommit
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime, Worker
-from wiremq.stores.api import Batch, Committed, MessageStore, Position, StoreTransaction
+from wiremq.stores.api import Batch, Committed, Match, MessageStore, Position, StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo, SubscriptionKey
 
 if TYPE_CHECKING:
@@ -256,13 +256,22 @@ class Persistence:
         max_bytes: int,
         done: Callable[[Batch], None],
         failed: Failed,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> None:
-        """Read messages of ``destination`` after ``after_seq`` on the reader worker."""
+        """Read messages of ``destination`` after ``after_seq`` on the reader worker (those
+        ``match`` accepts, if given: see ``MessageStore.read``)."""
         now_ms = self.runtime.now_ms()
         store = self.store
         self.reader.submit(
             lambda: store.read(
-                destination, now_ms=now_ms, after_seq=after_seq, limit=limit, max_bytes=max_bytes
+                destination,
+                now_ms=now_ms,
+                after_seq=after_seq,
+                limit=limit,
+                max_bytes=max_bytes,
+                match=match,
+                examine=examine,
             ),
             done,
             failed,

@@ -18,7 +18,7 @@ thread. Reads see every transaction whose ``commit`` has returned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
@@ -29,6 +29,7 @@ QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
 
 Position = tuple[str, int]  # (destination, sequence number in its log)
+Match = Callable[[StoredMessage], bool]  # which stored messages a read returns
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +145,27 @@ class MessageStore(Protocol):
         """
 
     def read(
-        self, destination: str, *, now_ms: int, after_seq: int, limit: int, max_bytes: int
+        self,
+        destination: str,
+        *,
+        now_ms: int,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> Batch:
         """The messages of ``destination`` after ``after_seq``, in order, none expired.
 
         Stops after examining ``limit`` messages (expired ones included) or
         before exceeding ``max_bytes``; a message bigger than ``max_bytes``
         still comes back alone.
+
+        With ``match`` (a queue looking for what one of its consumers selects, or for
+        one priority), only the messages it accepts come back (expired ones are
+        still reported): it stops once ``limit`` came back, after examining
+        ``examine`` messages (``limit`` if not given), or before exceeding
+        ``max_bytes``. ``match`` runs on the reader's thread.
         """
 
     def expired(self, prefix: str, now_ms: int, limit: int) -> list[tuple[Position, StoredMessage]]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import structlog
 from ZODB import DB
 
-from .api import QUEUE_PREFIX, Batch, Committed, MessageStore, Position, StoreTransaction
+from .api import QUEUE_PREFIX, Batch, Committed, Match, MessageStore, Position, StoreTransaction
 from .durable import DurableLogSet, SubscriptionInfo
 from .errors import StoreError, StoreOpenError
 from .filestorage import WAL_NOTE
@@ -227,7 +227,15 @@ class WalStore:
     # -- the store worker ------------------------------------------------------------------
 
     def read(
-        self, destination: str, *, now_ms: int, after_seq: int, limit: int, max_bytes: int
+        self,
+        destination: str,
+        *,
+        now_ms: int,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> Batch:
         """The messages of ``destination`` after ``after_seq``, in order, none expired
         (see ``api.MessageStore.read``); applies what ZODB lacks first."""
@@ -238,7 +246,12 @@ class WalStore:
             if message_log is None:
                 return Batch([], after_seq, True)
             messages, expired, last_seq, at_end = message_log.read(
-                after_seq, now_ms=now_ms, limit=limit, max_bytes=max_bytes
+                after_seq,
+                now_ms=now_ms,
+                limit=limit,
+                max_bytes=max_bytes,
+                match=match,
+                examine=examine,
             )
         return Batch(messages, last_seq, at_end, expired)
 
