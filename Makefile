@@ -16,18 +16,32 @@ $(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_sy
 	touch $@
 
 # Install everything (dev tools included) and run the linters and the whole test suite.
-# The store tests start their own PostgreSQL cluster: Debian's server programs are installed
-# when missing.
+# The store tests start their own PostgreSQL cluster, the console's and stomp.js's tests drive
+# a headless Chromium, stomp.js runs in Node too: Debian's packages are installed when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_syncthread.c
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \
 	fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+	@if ! command -v npm >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.run-installed
+
+# The browser tests run the real stomp.js (npm, pinned by the lockfile) in Node and Chromium.
+BROWSER := tests/browser
+$(BROWSER)/node_modules/.installed: $(VENV)/.dev-installed $(BROWSER)/package.json $(BROWSER)/package-lock.json
+	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
@@ -36,5 +50,5 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy server modules config stores admin analytics
 
-test: lint typecheck
+test: lint typecheck $(BROWSER)/node_modules/.installed
 	$(BIN)/pytest -q

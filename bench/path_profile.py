@@ -14,6 +14,7 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py                      # queue, 1 consumer, ack auto
     .venv/bin/python bench/path_profile.py --topic --consumers 4
     .venv/bin/python bench/path_profile.py --ack client-individual
+    .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +35,8 @@ from wiremq.modules.connection import ClientConnection
 from wiremq.modules.core import Core
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.modules.users import UsersFile
+from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 
 READ = 300  # frames per socket read (a 64 KiB read of 128-byte messages holds about 300)
@@ -80,8 +84,15 @@ class Runtime:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    def worker(self, name: str) -> object:
-        raise RuntimeError("no store in this bench")
+    def worker(self, name: str) -> Runtime:
+        if name != "login":
+            raise RuntimeError("no store in this bench")
+        return self  # logins are checked at once
+
+    def submit(
+        self, call: Callable[[], object], done: Callable[[object], None], failed: object
+    ) -> None:
+        done(call())
 
     def run(self) -> None:
         while self.soon:
@@ -120,9 +131,22 @@ class Writer:
             egress.outbox.ready.append(egress)
 
 
-def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
+def build(destination: str, consumers: int, ack: str, users: bool) -> Callable[[int], None]:
+    """``users``: a users file, the clients log in as a user who may read, write and create
+    (not an admin: every permission is looked up); else none, and nothing is checked."""
+    data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+    login = b""
+    if users:
+        UsersFile(data).set("bench", "bench-pw", "viewer")
+        UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
+        login = b"login:bench\npasscode:bench-pw\n"
     settings = Settings(
-        REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
+        REGISTRY,
+        {
+            "StompListener.heartbeatsend": 0,
+            "StompListener.heartbeatreceive": 0,
+            "Server.datadir": data,
+        },
     )
     runtime = Runtime()
     core = Core(settings, runtime, None, default_pipelines())  # type: ignore[arg-type]
@@ -134,7 +158,10 @@ def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
         writer = Writer(egress, acks)
         connection = core.connect(egress, name, Reader(), time.monotonic())
         writer.connection = connection
-        connection.data_received(b"CONNECT\naccept-version:1.2\n\n\0", time.monotonic())
+        connect = b"CONNECT\naccept-version:1.2\n" + login + b"\n\0"
+        connection.data_received(connect, time.monotonic())
+        runtime.run()
+        assert connection.session.version is not None and not connection.egress.close_requested
         outbox.flush()
         return connection
 
@@ -162,10 +189,12 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument("--users", action="store_true", help="a users file; clients log in")
     args = parser.parse_args()
     configure_logging("warning")
-    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack)
+    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack, args.users)
     run(20)  # warm-up
+    collect_less()  # as the server does
     messages = args.reads * READ
     best = float("inf")
     for _ in range(5):
@@ -174,7 +203,8 @@ def main() -> None:
         best = min(best, time.process_time() - started)
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies:")
+    who = ", clients logged in" if args.users else ""
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}:")
     print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
     profile = cProfile.Profile()
     profile.runcall(run, args.reads)

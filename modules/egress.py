@@ -139,17 +139,25 @@ class Egress:
     def write_out(self, budget: int) -> list[bytes]:
         """Take whole frames by priority while fewer than ``budget`` bytes were taken, and
         return their bytes to write (a MESSAGE after discards says so), telling each
-        frame's owner it was written."""
+        frame's owner what of its was written (once per run of its frames)."""
+        entries, indicated, discarded = self.queues.drain(budget)
         parts: list[bytes] = []
         append = parts.append
-        for entry in self.queues.drain(budget):
-            if entry.discarded:
-                append(with_discard_indication(entry.head, entry.discarded))
-            else:
-                append(entry.head)
-            append(entry.tail)
-            if entry.owner is not None:
-                entry.owner.written(entry)  # type: ignore[attr-defined]
+        run: list[object] = []
+        run_owner: object = None
+        for head, tail, owner, _, item in entries:
+            append(head)
+            append(tail)
+            if owner is not run_owner:
+                if run_owner is not None:
+                    run_owner.written(run)  # type: ignore[attr-defined]
+                run = []
+                run_owner = owner
+            run.append(item)
+        if run_owner is not None:
+            run_owner.written(run)  # type: ignore[attr-defined]
+        if indicated >= 0:
+            parts[2 * indicated] = with_discard_indication(parts[2 * indicated], discarded)
         if self._throttled and not self.queues.holds(CONTROL):
             self._throttled = False
             assert self.throttle is not None

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import itertools
 import os
+from functools import partial
 
 
 class Ids:
+    """``message()`` and ``session()`` each return the next id. They are C callables (an
+    iterator's ``next``), not methods: a message id is made for every SEND."""
+
     def __init__(self) -> None:
         prefix = f"wmq-{os.urandom(4).hex()}-"
-        self._messages = map(f"{prefix}{{}}".format, itertools.count(1))
-        self._sessions = map(f"{prefix}s{{}}".format, itertools.count(1))
-
-    def message(self) -> str:
-        return next(self._messages)
-
-    def session(self) -> str:
-        return next(self._sessions)
+        self.message = partial(next, map(f"{prefix}{{}}".format, itertools.count(1)))
+        self.session = partial(next, map(f"{prefix}s{{}}".format, itertools.count(1)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.stomp.encoder import message_tail
+from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tail
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 if TYPE_CHECKING:
@@ -25,13 +25,17 @@ _FRAME_ONLY_HEADERS = frozenset(
 CLASS_OF_SERVICE = "class-of-service"
 # The egress queue of a non-persistent message, by its class-of-service header.
 BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
+# Enum members read once: reading one from its class costs as much as building a message.
+_G1 = EgressQueue.G1
+_D1 = EgressQueue.D1
 
 
 class MessageOrigin(Protocol):
     """Who sent a message (a client connection, or the transaction it was committed in),
-    told once when the pipeline is done with it."""
+    told once when the pipeline is done with it (of several of its messages at once,
+    in the order they were sent)."""
 
-    def message_completed(self, message: Message) -> None: ...
+    def messages_completed(self, messages: list[Message]) -> None: ...
     def message_refused(self, message: Message, refusal: Refused) -> None: ...
 
 
@@ -72,17 +76,18 @@ class Message:
         self.destination = destination
         self.headers = headers  # as sent, including the frame-only ones
         self.body = body
-        self.persistent = headers.get("persistent") == "true"
+        self.persistent = persistent = headers.get("persistent") == "true"
         self.expires = expires  # ms since the epoch; 0 = never
         self.store_seq = 0  # position in its persistent store, once stored
         self.arrival = 0  # order of arrival in its queue, across delivery modes
         self._stored_size = -1
         # The client egress queue it is delivered through: G-1 if persistent, else D-<cos>.
-        self.egress_queue = (
-            EgressQueue.G1
-            if self.persistent
-            else BY_CLASS_OF_SERVICE.get(headers.get(CLASS_OF_SERVICE, "1"), EgressQueue.D1)
-        )
+        if persistent:
+            self.egress_queue = _G1
+        elif CLASS_OF_SERVICE in headers:
+            self.egress_queue = BY_CLASS_OF_SERVICE.get(headers[CLASS_OF_SERVICE], _D1)
+        else:
+            self.egress_queue = _D1
         self.receipt = headers.get("receipt")
         self.transaction = headers.get("transaction")
         self.origin = origin
@@ -104,7 +109,14 @@ class Message:
             wire = self._wire = {}
         cached = wire.get(flavour)
         if cached is None:
-            cached = wire[flavour] = message_tail(
+            cached = plain_message_tail(
+                self.message_id,
+                self.destination,
+                self.headers,
+                _FRAME_ONLY_HEADERS,
+                self.body,
+                self.redelivered,
+            ) or escaped_message_tail(
                 self.message_id,
                 self.destination,
                 self.headers,
@@ -113,6 +125,7 @@ class Message:
                 self.redelivered,
                 flavour,
             )
+            wire[flavour] = cached
         return cached
 
     def expired(self, now_ms: int) -> bool:
@@ -156,7 +169,7 @@ class Message:
             expires=stored.expires,
         )
         message.persistent = True
-        message.egress_queue = EgressQueue.G1
+        message.egress_queue = _G1
         message.store_seq = seq
         return message
 

@@ -23,7 +23,7 @@ import structlog
 
 from wiremq.config.settings import Settings
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import Message
+from wiremq.modules.message import Message, MessageOrigin
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def complete(message: Message) -> None:
     origin = message.origin
     if origin is not None:
         message.origin = None
-        origin.message_completed(message)
+        origin.messages_completed([message])
 
 
 def refuse(message: Message, refusal: Refused) -> None:
@@ -65,11 +65,25 @@ def refuse(message: Message, refusal: Refused) -> None:
 
 
 class Terminal:
-    """The end of every chain."""
+    """The end of every chain: tells each message's origin that the server is done with
+    it, once per run of messages from one origin (a client's SENDs of one read)."""
 
     def handle(self, batch: Batch) -> None:
+        run: Batch = []
+        run_origin: MessageOrigin | None = None
         for message in batch:
-            complete(message)
+            origin = message.origin
+            if origin is None:
+                continue
+            message.origin = None
+            if origin is not run_origin:
+                if run_origin is not None:
+                    run_origin.messages_completed(run)
+                run = []
+                run_origin = origin
+            run.append(message)
+        if run_origin is not None:
+            run_origin.messages_completed(run)
 
 
 @dataclass

@@ -62,7 +62,7 @@ class StorageModule(PipelineModule):
     def handle(self, batch: Batch) -> None:
         passing: Batch = []
         for message in batch:
-            keep = self._keeps(message)
+            keep = message.persistent and self._keeps(message)
             if keep:
                 target = message.target
                 assert target is not None
@@ -90,8 +90,8 @@ class StorageModule(PipelineModule):
             self.downstream.handle(passing)
 
     def _keeps(self, message: Message) -> bool:
-        """Whether a message is to be stored here."""
-        if not message.persistent or message.store_seq:
+        """Whether a persistent message is to be stored here."""
+        if message.store_seq:
             return False
         target = message.target
         assert target is not None

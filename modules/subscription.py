@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from wiremq.modules.destination import Destination
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
+DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
 
 
 class UnackedLimit:
@@ -146,7 +147,7 @@ class Subscription:
         if self.unacked is not None and self.limit.reached(self):
             return False
         queues = self.egress.queues
-        return queues.policy is Policy.DISCARD_OLDEST or queues.has_room(queue, message.size)
+        return queues.policy is DISCARD_OLDEST or queues.has_room(queue, message.size)
 
     @property
     def ready(self) -> bool:
@@ -202,21 +203,22 @@ class Subscription:
         if unacked is not None and self.durable_key is not None:
             self.unacked = dict(sorted(unacked.items(), key=lambda item: item[1].store_seq))
 
-    def written(self, entry: Entry) -> None:
-        """The writer put a delivery on the socket. In auto mode that frees its window
-        slot and acknowledges it: a delivery never written (the client went away first)
-        is not acknowledged, so a stored one is delivered again."""
+    def written(self, messages: list[Message]) -> None:
+        """The writer put deliveries on the socket. In auto mode that frees their window
+        slots and acknowledges them: a delivery never written (the client went away
+        first) is not acknowledged, so a stored one is delivered again."""
         if self.written_order is not None:
-            self.written_order[entry.item.message_id] = None  # type: ignore[attr-defined]
+            order = self.written_order
+            for message in messages:
+                order[message.message_id] = None
         elif self.unacked is None:
-            message = entry.item
-            assert isinstance(message, Message)
-            self.inflight_messages -= 1
-            self.inflight_bytes -= message.size
-            if message.store_seq:
+            self.inflight_messages -= len(messages)
+            self.inflight_bytes -= sum(m.size for m in messages)
+            stored = [m for m in messages if m.store_seq]
+            if stored:
                 persistence = self.destination.services.persistence
                 assert persistence is not None
-                persistence.acknowledge(self.destination.acknowledged(self, [message]), None)
+                persistence.acknowledge(self.destination.acknowledged(self, stored), None)
         self._wake()
 
     def discarded(self, entry: Entry) -> None:

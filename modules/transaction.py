@@ -132,6 +132,16 @@ class TransactionManager:
         """Drop every open transaction of a connection that went away."""
         self._open.pop(owner, None)
 
+    def state(self) -> dict[str, int]:
+        """Open transactions and what they hold, for the admin view."""
+        transactions = [t for mine in self._open.values() for t in mine.values()]
+        return {
+            "open": len(transactions),
+            "messages": sum(len(t.messages) for t in transactions),
+            "bytes": sum(m.size for t in transactions for m in t.messages),
+            "acks": sum(len(t.acks) for t in transactions),
+        }
+
     def resume(self, domain: str, batch: Batch) -> None:
         """Committed messages continue down their pipeline after its transaction module."""
         self.modules[domain].downstream.handle(batch)
@@ -275,8 +285,8 @@ class Unit:
 
     # -- MessageOrigin ----------------------------------------------------------------------
 
-    def message_completed(self, message: Message) -> None:
-        self._finished += 1
+    def messages_completed(self, messages: list[Message]) -> None:
+        self._finished += len(messages)
         if self._finished == len(self.messages):
             if self.failure is None:
                 self.owner.unit_completed(self)
@@ -295,7 +305,7 @@ class Unit:
                 f"{which} was refused after the transaction was stored: "
                 f"{refusal.detail or refusal.message}",
             )
-            self.message_completed(message)
+            self.messages_completed([message])
             return
         self.failure = self.failure or Refused(
             "transaction failed",

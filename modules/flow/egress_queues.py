@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import NamedTuple
 
 from wiremq.config.groups import EgressSettings
 
@@ -99,30 +100,37 @@ def queue_limits(settings: EgressSettings) -> tuple[QueueLimits, ...]:
     return (burst, burst, burst, burst, QueueLimits(settings.maxdepth, settings.g1minmsgburst))
 
 
-class Entry:
+class Entry(NamedTuple):
     """One frame waiting: ``head`` + ``tail`` on the wire, and who delivered it.
 
     ``owner`` and ``item`` are opaque here (the subscription and the message,
     or None for control frames); the writer tells the owner when the entry was
-    written, and a discard tells it which item was lost.
+    written, and a discard tells it which item was lost. A tuple, built without the
+    NamedTuple's Python-level ``__new__``: one is made per frame sent, on the hot path.
     """
 
-    __slots__ = ("head", "tail", "owner", "work", "item", "discarded")
-
-    def __init__(
-        self, head: bytes, tail: bytes, owner: object, work: int, item: object = None
-    ) -> None:
-        self.head = head
-        self.tail = tail
-        self.owner = owner
-        self.work = work
-        self.item = item
-        self.discarded = 0  # set by drain: messages discarded just before this one
+    head: bytes
+    tail: bytes
+    owner: object
+    work: int
+    item: object
 
     @property
     def nbytes(self) -> int:
         """Bytes on the wire (not stored: few callers need it)."""
         return len(self.head) + len(self.tail)
+
+
+_tuple_new = tuple.__new__  # an Entry without the NamedTuple's Python-level __new__
+
+
+class Drained(NamedTuple):
+    """What one drain took: whole entries by priority, and the discard indication the
+    first message among them carries (``indicated``: its index, -1 if none)."""
+
+    entries: list[Entry]
+    indicated: int
+    discarded: int
 
 
 class _Queue:
@@ -199,7 +207,7 @@ class EgressQueues:
         ):
             self._discard_for(q, work)
             depth = q.work + work
-        entries.append(Entry(head, tail, owner, work, item))
+        entries.append(_tuple_new(Entry, (head, tail, owner, work, item)))
         q.work = depth
         if depth > q.hwm:
             q.hwm = depth
@@ -222,33 +230,43 @@ class EgressQueues:
         self._queues[queue].discards += 1
         self._discarded += 1
 
-    def drain(self, budget: int) -> list[Entry]:
+    def drain(self, budget: int) -> Drained:
         """Take entries by strict priority, whole, while fewer than ``budget`` bytes were
         taken: the whole-message rule of a transmit queue with ``budget`` bytes of room
         (the caller writes them all).
 
-        The first MESSAGE entry after discards carries their number in ``discarded``
-        (reset here), and the writer adds the discard indication to that frame;
-        control (C-1) entries never do.
+        The first MESSAGE entry after discards carries their number (``Drained``),
+        and the writer adds the discard indication to that frame; control (C-1)
+        entries never do.
         """
         queues = self._queues
         taken: list[Entry] = []
+        append = taken.append
+        indicated = -1
+        discarded = 0
         size = 0
         while self._nonempty and size < budget:
             index = _FIRST[self._nonempty]
             q = queues[index]
+            if index and self._discarded:
+                indicated = len(taken)
+                discarded = self._discarded
+                self._discarded = 0
+            # A run of this queue's entries (strict priority: nothing above it waits).
             entries = q.entries
-            entry = entries.popleft()
-            q.work -= entry.work
-            q.delivered += 1
+            popleft = entries.popleft
+            first = len(taken)
+            work = 0
+            while entries and size < budget:
+                entry = popleft()
+                work += entry[3]  # .work, .head, .tail: by index, as this runs per frame
+                size += len(entry[0]) + len(entry[1])
+                append(entry)
+            q.work -= work
+            q.delivered += len(taken) - first
             if not entries:
                 self._nonempty ^= q.bit
-            if index and self._discarded:
-                entry.discarded = self._discarded
-                self._discarded = 0
-            size += len(entry.head) + len(entry.tail)
-            taken.append(entry)
-        return taken
+        return Drained(taken, indicated, discarded)
 
     @property
     def pending(self) -> bool:

@@ -16,10 +16,11 @@
  *
  * message_tail(message_id, destination, headers, exclude, body, redelivered) -> bytes | None
  *
- * The MESSAGE frame after its per-delivery head, as encoder.message_tail builds
- * it, when no header (name or value, destination included) holds a character
- * that needs escaping in some STOMP version (backslash, CR, LF, colon); None
- * otherwise, and encoder.message_tail escapes them.
+ * The MESSAGE frame after its per-delivery head, as encoder.escaped_message_tail
+ * builds it, when no header (name or value, destination included) holds a
+ * character that needs escaping in some STOMP version (backslash, CR, LF,
+ * colon) and there are at most MAX_TAIL_HEADERS of them; None otherwise, and
+ * encoder.escaped_message_tail builds it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,13 +28,44 @@
 
 static PyObject *content_length_key;
 
+/* Short texts seen lately, by a hash of their bytes: header names, and values that repeat
+ * from frame to frame (a destination, a content-length, "true"). A frame's texts come from
+ * here when they were seen before, so that a stream of SENDs allocates, and later hashes
+ * and compares, one str per distinct text instead of one per frame. Direct-mapped: a
+ * slot holds the last text of its hash; a text of another hash replaces it. */
+#define RECENT_SLOTS 512
+#define RECENT_MAX_BYTES 64
+static PyObject *recent[RECENT_SLOTS];
+
 /* The str of buf[start:stop], or NULL (no error set) if it is not UTF-8. */
 static PyObject *
 text_of(const char *buf, Py_ssize_t start, Py_ssize_t stop)
 {
-    PyObject *text = PyUnicode_DecodeUTF8(buf + start, stop - start, NULL);
+    Py_ssize_t size = stop - start;
+    const char *bytes = buf + start;
+    PyObject **slot = NULL;
+    if (size <= RECENT_MAX_BYTES) {
+        size_t hash = (size_t)size;
+        for (Py_ssize_t i = 0; i < size; i++) {
+            hash = hash * 31 + (unsigned char)bytes[i];
+        }
+        slot = &recent[hash % RECENT_SLOTS];
+        PyObject *seen = *slot;
+        /* Only ASCII texts are kept, so their UTF-8 is their data. */
+        if (seen != NULL && PyUnicode_GET_LENGTH(seen) == size
+            && memcmp(PyUnicode_DATA(seen), bytes, size) == 0) {
+            Py_INCREF(seen);
+            return seen;
+        }
+    }
+    PyObject *text = PyUnicode_DecodeUTF8(bytes, size, NULL);
     if (text == NULL) {
         PyErr_Clear();
+        return NULL;
+    }
+    if (slot != NULL && PyUnicode_IS_ASCII(text)) {
+        Py_INCREF(text);
+        Py_XSETREF(*slot, text);
     }
     return text;
 }
@@ -251,53 +283,38 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(pos);
 }
 
-/* Append the UTF-8 of `text` to `out` at *used (growing it); 0 if it holds a character
- * that needs escaping, -1 on error, 1 if appended. */
+/* The UTF-8 of `text` in *utf8 and *size; 0 if it holds a character that needs escaping
+ * in some STOMP version (backslash, CR, LF, colon), -1 on error, 1 if plain. */
 static int
-append_plain(PyObject **out, Py_ssize_t *used, PyObject *text)
+plain_utf8(PyObject *text, const char **utf8, Py_ssize_t *size)
 {
-    Py_ssize_t size;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
-    if (utf8 == NULL) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "header names and values must be str");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < size; i++) {
-        char c = utf8[i];
+    *utf8 = PyUnicode_AsUTF8AndSize(text, size);
+    if (*utf8 == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *size; i++) {
+        char c = (*utf8)[i];
         if (c == '\\' || c == '\n' || c == '\r' || c == ':') {
             return 0;
         }
     }
-    Py_ssize_t have = PyBytes_GET_SIZE(*out);
-    if (*used + size > have && _PyBytes_Resize(out, (*used + size) * 2) < 0) {
-        return -1;
-    }
-    memcpy(PyBytes_AS_STRING(*out) + *used, utf8, size);
-    *used += size;
     return 1;
 }
 
-static int
-append_raw(PyObject **out, Py_ssize_t *used, const char *raw, Py_ssize_t size)
-{
-    Py_ssize_t have = PyBytes_GET_SIZE(*out);
-    if (*used + size > have && _PyBytes_Resize(out, (*used + size) * 2) < 0) {
-        return -1;
-    }
-    memcpy(PyBytes_AS_STRING(*out) + *used, raw, size);
-    *used += size;
-    return 0;
-}
-
-#define APPEND_RAW(text) \
-    if (append_raw(&out, &used, (text), sizeof(text) - 1) < 0) goto error
-#define APPEND_PLAIN(object)                                  \
-    do {                                                      \
-        int appended = append_plain(&out, &used, (object));   \
-        if (appended <= 0) {                                  \
-            if (appended < 0) goto error;                     \
-            goto escape;                                      \
-        }                                                     \
+#define PUT(data, size)              \
+    do {                             \
+        memcpy(at, (data), (size));  \
+        at += (size);                \
     } while (0)
+#define PUT_TEXT(text) PUT((text), sizeof(text) - 1)
+
+/* At most this many headers are copied in one pass; a message with more (rare) is
+ * left to encoder.escaped_message_tail. */
+#define MAX_TAIL_HEADERS 64
 
 static PyObject *
 message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -317,57 +334,68 @@ message_tail(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "message_tail() needs str, str, dict, set, bytes");
         return NULL;
     }
-    Py_ssize_t used = 0;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 256 + PyBytes_GET_SIZE(body));
-    if (out == NULL) {
-        return NULL;
+    /* First every part's UTF-8 and the whole size, then one allocation. */
+    const char *utf8[2 * MAX_TAIL_HEADERS + 2];
+    Py_ssize_t sizes[2 * MAX_TAIL_HEADERS + 2];
+    int parts = 0, plain;
+    if ((plain = plain_utf8(message_id, &utf8[0], &sizes[0])) <= 0
+        || (plain = plain_utf8(destination, &utf8[1], &sizes[1])) <= 0) {
+        goto not_plain;
     }
-    APPEND_RAW("message-id:");
-    APPEND_PLAIN(message_id);
-    if (redelivered) {
-        APPEND_RAW("\nredelivered:true");
-    } else {
-        APPEND_RAW("\nredelivered:false");
-    }
-    APPEND_RAW("\ndestination:");
-    APPEND_PLAIN(destination);
+    parts = 2;
+    Py_ssize_t total = sizes[0] + sizes[1];
     Py_ssize_t pos = 0;
     PyObject *name, *value;
     while (PyDict_Next(headers, &pos, &name, &value)) {
         int excluded = PySet_Contains(exclude, name);
         if (excluded < 0) {
-            goto error;
+            return NULL;
         }
         if (excluded) {
             continue;
         }
-        if (!PyUnicode_Check(name) || !PyUnicode_Check(value)) {
-            PyErr_SetString(PyExc_TypeError, "header names and values must be str");
-            goto error;
+        if (parts == 2 * MAX_TAIL_HEADERS + 2) {
+            Py_RETURN_NONE;
         }
-        APPEND_RAW("\n");
-        APPEND_PLAIN(name);
-        APPEND_RAW(":");
-        APPEND_PLAIN(value);
+        if ((plain = plain_utf8(name, &utf8[parts], &sizes[parts])) <= 0
+            || (plain = plain_utf8(value, &utf8[parts + 1], &sizes[parts + 1])) <= 0) {
+            goto not_plain;
+        }
+        total += sizes[parts] + sizes[parts + 1] + 2; /* "\n" before, ":" between */
+        parts += 2;
     }
     char length[48];
-    int written = snprintf(length, sizeof(length), "\ncontent-length:%zd\n\n",
-                           PyBytes_GET_SIZE(body));
-    if (append_raw(&out, &used, length, written) < 0
-        || append_raw(&out, &used, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) < 0
-        || append_raw(&out, &used, "", 1) < 0) {
-        goto error;
-    }
-    if (_PyBytes_Resize(&out, used) < 0) {
+    Py_ssize_t body_size = PyBytes_GET_SIZE(body);
+    int length_size = snprintf(length, sizeof(length), "\ncontent-length:%zd\n\n", body_size);
+    const char *redelivered_line = redelivered ? "\nredelivered:true" : "\nredelivered:false";
+    Py_ssize_t redelivered_size = (Py_ssize_t)strlen(redelivered_line);
+    total += sizeof("message-id:") - 1 + redelivered_size + sizeof("\ndestination:") - 1
+             + length_size + body_size + 1;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) {
         return NULL;
     }
+    char *at = PyBytes_AS_STRING(out);
+    PUT_TEXT("message-id:");
+    PUT(utf8[0], sizes[0]);
+    PUT(redelivered_line, redelivered_size);
+    PUT_TEXT("\ndestination:");
+    PUT(utf8[1], sizes[1]);
+    for (int i = 2; i < parts; i += 2) {
+        PUT_TEXT("\n");
+        PUT(utf8[i], sizes[i]);
+        PUT_TEXT(":");
+        PUT(utf8[i + 1], sizes[i + 1]);
+    }
+    PUT(length, length_size);
+    PUT(PyBytes_AS_STRING(body), body_size);
+    *at = '\0';
     return out;
-escape:
-    Py_DECREF(out);
+not_plain:
+    if (plain < 0) {
+        return NULL;
+    }
     Py_RETURN_NONE;
-error:
-    Py_XDECREF(out);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {

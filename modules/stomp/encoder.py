@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from wiremq.modules.stomp._fast import message_tail as fast_message_tail
+# plain_message_tail: the C fast path of escaped_message_tail (None when a header needs
+# escaping), offered here so that every frame's bytes come from this module.
+from wiremq.modules.stomp._fast import message_tail as plain_message_tail  # noqa: F401
 from wiremq.modules.stomp.codec import escape
 
 HEARTBEAT = b"\n"
@@ -88,7 +90,7 @@ def with_discard_indication(head: bytes, discarded: int) -> bytes:
     return MESSAGE_COMMAND + b"discarded:%d\n" % discarded + head[len(MESSAGE_COMMAND) :]
 
 
-def message_tail(
+def escaped_message_tail(
     message_id: str,
     destination: str,
     headers: dict[str, str],
@@ -100,12 +102,10 @@ def message_tail(
     """A MESSAGE frame after its per-delivery head: ``headers`` but those in ``exclude``,
     escaped for ``version``.
 
-    Most headers hold nothing to escape: then the C fast path of ``_fast.c`` builds
-    the bytes.
+    Most headers hold nothing to escape: then ``plain_message_tail``, the C fast path
+    of ``_fast.c``, builds the same bytes (it returns None otherwise), so callers try
+    it first.
     """
-    plain = fast_message_tail(message_id, destination, headers, exclude, body, redelivered)
-    if plain is not None:
-        return plain
     pairs = [("destination", destination)]
     pairs += [(name, value) for name, value in headers.items() if name not in exclude]
     text = "\n".join(f"{escape(n, version)}:{escape(v, version)}" for n, v in pairs)

@@ -121,9 +121,15 @@ class StompSession:
             for frame in frames:
                 if not self.reading:
                     break
-                action = requests.get(frame.command)
+                command, headers, body = frame
+                if command == "SEND":  # most frames: _send inlined
+                    destination = headers.get("destination")
+                    if destination:
+                        append(_new(Send, (destination, headers, body)))
+                        continue
+                action = requests.get(command)
                 if action is None:
-                    raise _unknown_command(frame.command)
+                    raise _unknown_command(command)
                 append(action(frame))
         except ProtocolError as refused:
             append(self._bad(frame, refused))

@@ -1,6 +1,9 @@
 """Property tests of the decoder: no lost frame boundary, no error but ProtocolError, and
 the C fast path agreeing with the Python decoder on any input."""
 
+import subprocess
+import sys
+from pathlib import Path
 from unittest.mock import patch
 
 from hypothesis import example, given, settings
@@ -9,7 +12,7 @@ from hypothesis import strategies as st
 from tests.defaults import LIMITS, decoder
 from wiremq.modules.stomp import codec
 from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape
-from wiremq.modules.stomp.encoder import encode_frame, message_tail
+from wiremq.modules.stomp.encoder import encode_frame, escaped_message_tail, plain_message_tail
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -206,13 +209,17 @@ def test_the_c_fast_path_takes_plain_frames():
     data=st.data(),
 )
 def test_a_message_tail_decodes_to_its_headers(version, data):
-    """The encoder's fast path (join, then check) and its escaping path agree with the decoder."""
+    """The encoder's escaping path agrees with the decoder, and its C fast path, where it
+    takes a message, with the escaping path."""
     names = text(version, value=False).filter(lambda n: n not in ("content-length", "x"))
     headers = dict(data.draw(st.lists(st.tuples(names, text(version, value=True)), max_size=5)))
     headers["x"] = "dropped"
     destination = data.draw(text(version, value=True))
     body = data.draw(st.binary(max_size=16))
-    tail = message_tail("id:1", destination, headers, frozenset({"x"}), body, False, version)
+    args = ("id:1", destination, headers, frozenset({"x"}), body, False)
+    tail = escaped_message_tail(*args, version)
+    plain = plain_message_tail(*args)
+    assert plain is None or plain == tail
     [frame] = decoder(version).feed(b"MESSAGE\nsubscription:1\n" + tail)
     expected = {
         "subscription": "1",
@@ -225,3 +232,57 @@ def test_a_message_tail_decodes_to_its_headers(version, data):
             expected.setdefault(name, value)
     expected.setdefault("content-length", str(len(body)))
     assert frame == Frame("MESSAGE", expected, body)
+
+
+def test_the_coverage_guided_fuzz_target_runs_clean(tmp_path):
+    """A short run of bench/fuzz_codec.py (atheris): the target itself works; the long runs
+    that find things are bench runs (bench/README.md)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[2] / "bench" / "fuzz_codec.py"),
+            "-runs=3000",
+            "-seed=1",
+            f"-artifact_prefix={tmp_path}/",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    output = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, output[-3000:]
+    assert "Done 3000 runs" in output
+
+
+def _tight_limits(wires: list[bytes], frames: list[Frame]) -> DecoderLimits:
+    """The smallest limits every one of these frames fits: each is at a limit."""
+    lines = []
+    for wire in wires:
+        head = wire[: wire.index(b"\n\n") if b"\r\n\r\n" not in wire else wire.index(b"\r\n\r\n")]
+        lines.append([line.removesuffix(b"\r") for line in head.split(b"\n")])
+    return DecoderLimits(
+        max_body_bytes=max(len(f.body) for f in frames),
+        max_headers=max(1, *(len(head) - 1 for head in lines)),
+        max_header_bytes=max(len(line) for head in lines for line in head),
+    )
+
+
+@FUZZ
+@given(
+    version=st.sampled_from(["1.0", "1.1", "1.2"]).flatmap(
+        lambda v: st.tuples(
+            st.just(v), st.lists(frames(v, ["crlf", "no-length"]), min_size=1, max_size=4)
+        )
+    ),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+)
+def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
+    """An unfinished frame is refused only when it cannot become a valid one: frames that
+    are exactly at the limits decode the same whole and in any pieces."""
+    version, encoded = version
+    wires = [wire for wire, _ in encoded]
+    expected = [frame for _, frame in encoded]
+    limits = _tight_limits(wires, expected)
+    data = b"".join(wires)
+    assert _outcome(data, [], version, limits) == (expected, 0)
+    assert _outcome(data, cuts, version, limits) == (expected, 0)

@@ -28,10 +28,10 @@ class Writer:
         self.written: list[tuple[bytes, int]] = []
 
     def drain(self, queues: EgressQueues) -> list[bytes]:
-        taken = queues.drain(self.transmit.room())
-        for entry in taken:
+        taken, indicated, discarded = queues.drain(self.transmit.room())
+        for index, entry in enumerate(taken):
             self.transmit.add(entry.nbytes)
-            self.written.append((entry.head, entry.discarded))
+            self.written.append((entry.head, discarded if index == indicated else 0))
         return [entry.head for entry in taken]
 
 
@@ -98,7 +98,7 @@ def test_an_entry_keeps_its_owner_and_frame() -> None:
     queues = EgressQueues(DEFAULT_LIMITS)
     owner = object()
     queues.enqueue(D1, b"head", b"tail", owner)
-    got = queues.drain(1 << 30)
+    got = queues.drain(1 << 30).entries
     assert [(e.head, e.tail, e.owner, e.nbytes, e.work) for e in got] == [
         (b"head", b"tail", owner, 8, 1)
     ]
@@ -133,9 +133,9 @@ def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
 def test_what_is_queued_after_a_drain_goes_in_the_next_by_priority() -> None:
     queues = EgressQueues(DEFAULT_LIMITS)
     queues.enqueue(D1, b"m0", b"")
-    [m0] = queues.drain(1)  # the budget takes one whole frame
+    [m0] = queues.drain(1).entries  # the budget takes one whole frame
     queues.enqueue(C1, b"RECEIPT", b"")
-    assert [e.head for e in queues.drain(1 << 30)] == [b"RECEIPT"]
+    assert [e.head for e in queues.drain(1 << 30).entries] == [b"RECEIPT"]
     assert m0.head == b"m0" and not queues.pending
 
 
