@@ -104,7 +104,7 @@ class Core:
             self.persistence,
             self.clients,
             Counter(),
-            UnfinishedFrames(bounds.maxunfinishedbytes),
+            UnfinishedFrames(bounds.maxunfinishedbytes, bounds.maxconnections),
             bounds,
             self.authenticator,
         )

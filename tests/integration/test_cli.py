@@ -223,7 +223,7 @@ def test_config_check_names_every_problem_and_passes_a_good_file(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines == [
         f"{bad}:2: StompListener.port: 70000 is out of range: expected a whole number from 0 "
-        "to 65535",
+        "to 65535, or -1 to switch it off",
         f"{bad}:2: StompListener.maxheaders: 'many' is not valid: expected a whole number from "
         "1 to 100000",
         f"{bad}:3: P2PStore.colour: unknown parameter; known parameters: maxdelay, "

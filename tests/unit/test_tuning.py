@@ -94,7 +94,8 @@ def test_check_config_names_every_problem(tmp_path):
     problems = [str(p) for p in check_config(path)]
     assert len(problems) == 3
     assert problems[0] == (
-        f"{path}:2: StompListener.port: 'x' is not valid: expected a whole number from 0 to 65535"
+        f"{path}:2: StompListener.port: 'x' is not valid: expected a whole number from 0 to 65535, "
+        "or -1 to switch it off"
     )
     assert problems[1].startswith(f"{path}:2: StompListener.nope: unknown parameter; known")
     assert problems[2].startswith(f"{path}:3: unknown parameter group <Bad>; known groups:")
