@@ -1,16 +1,19 @@
-"""The one compiled part of wiremq: the codec's fast paths (modules/stomp/_fast.c).
+"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c) and the
+thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c).
 
 Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
+FLAGS = ["-O2", "-Wall", "-Werror"]
+
 setup(
     ext_modules=[
-        Extension(
-            "wiremq.modules.stomp._fast",
-            ["modules/stomp/_fast.c"],
-            extra_compile_args=["-O2", "-Wall", "-Werror"],
+        Extension(name, [source], extra_compile_args=FLAGS)
+        for name, source in (
+            ("wiremq.modules.stomp._fast", "modules/stomp/_fast.c"),
+            ("wiremq.server._syncthread", "server/_syncthread.c"),
         )
     ]
 )

@@ -43,15 +43,16 @@ from pathlib import Path
 
 from server_proc import ManagedServer, free_port
 
-# ../shared/peers of the checkout, or of a folder above it (a worktree in /work/wt/NAME)
-PEERS = next(
-    (
-        p / "shared" / "peers"
-        for p in Path(__file__).resolve().parents[1:]
-        if (p / "shared" / "peers").is_dir()
-    ),
-    Path(__file__).resolve().parents[2] / "shared" / "peers",
-)
+
+def peers_folder() -> Path:
+    """``shared/peers`` beside the checkout, however deep it is (``/work/main`` or a
+    worktree such as ``/work/wt/<name>``)."""
+    here = Path(__file__).resolve()
+    found = [p / "shared" / "peers" for p in here.parents if (p / "shared" / "peers").is_dir()]
+    return found[0] if found else here.parents[2] / "shared" / "peers"
+
+
+PEERS = peers_folder()
 ACTIVEMQ = ("127.0.0.1", 61613)
 RABBITMQ = ("127.0.0.1", 61614)
 RELAY_SCENARIOS = "queue-np+topic-fanout+latency"  # all the relay speaks

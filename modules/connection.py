@@ -66,8 +66,8 @@ from wiremq.modules.transaction import (
     UnitOwner,
     apply_acks,
 )
-from wiremq.modules.xa import XAController
 from wiremq.modules.wildcard import Wildcard, is_wildcard
+from wiremq.modules.xa import XAController
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
 

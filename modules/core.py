@@ -40,7 +40,6 @@ from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.memwatch import MemWatch
-from wiremq.modules.message import Message
 from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
