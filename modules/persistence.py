@@ -27,7 +27,7 @@ from wiremq.config.groups import (
 from wiremq.config.settings import Settings
 from wiremq.modules.groupcommit import GroupCommit
 from wiremq.modules.message import Message
-from wiremq.modules.runtime import Runtime, Worker
+from wiremq.modules.runtime import Runtime
 from wiremq.stores.api import (
     Batch,
     Committed,
