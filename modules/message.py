@@ -215,7 +215,11 @@ class Message:
         """It came back unacknowledged after a delivery: its next delivery is flagged
         redelivered and counts the earlier ones (``x-delivery-count``, in a headers dict
         of its own); its cached wire form changes."""
-        count = self.redeliveries + 1
+        self.redelivered_before(self.redeliveries + 1)
+
+    def redelivered_before(self, count: int) -> None:
+        """Flagged as ``count`` deliveries coming back left it (a message read back from
+        the store, which keeps no delivery state)."""
         self.headers = {**self.headers, DELIVERY_COUNT: str(count)}
         self.redelivered = True
         self._wire = None

@@ -78,6 +78,9 @@ class Queue(Destination):
         self.backlog = StoreBacklog(self.reading)
         self.arrivals = 0  # numbers messages in arrival order
         self._read_back = 0  # arrivals that were stored messages read back, not new ones
+        # The delivery counts of redelivered messages given back to the store (which keeps
+        # no delivery state), by position, until they are read back.
+        self.given_back_redeliveries: dict[int, int] = {}
         # In round-robin order: each consumer offered a message moves to the end.
         self.consumers: OrderedDict[Subscription, None] = OrderedDict()
         self.everyone = Filter(None, self.main)  # the consumers without a selector
@@ -718,6 +721,9 @@ class Queue(Destination):
         self._read_back += len(messages)
         for seq, stored in messages:
             message = Message.from_stored(stored, seq)
+            redeliveries = self.given_back_redeliveries.pop(seq, 0)
+            if redeliveries:
+                message.redelivered_before(redeliveries)
             self.arrivals = message.arrival = self.arrivals + 1
             self._cache_count(message.size)
             self._arrive(message)
@@ -788,6 +794,9 @@ class Queue(Destination):
             if kept:
                 self._take_out(kept)
                 self.backlog.give_back([m.store_seq for m in kept])
+                self.given_back_redeliveries.update(
+                    (m.store_seq, m.redeliveries) for m in kept if m.redelivered
+                )
                 after = self.backlog.after or 0
                 for filter_ in self.filters.values():
                     filter_.store_after = min(filter_.store_after, after)
@@ -829,11 +838,16 @@ class Queue(Destination):
         """Stored messages an operator takes out of the backlog: no read hands them out,
         even one that ran before their removal was committed."""
         self.backlog.withheld.update(positions)
+        for seq in positions:
+            self.given_back_redeliveries.pop(seq, None)
 
     def backlog_purged(self, upto: int) -> None:
         """Every stored message waiting up to ``upto`` was removed: unless messages were
         left in the store after it meanwhile, there is no backlog any more."""
         self.backlog.purged(upto)
+        self.given_back_redeliveries = {
+            seq: count for seq, count in self.given_back_redeliveries.items() if seq > upto
+        }
 
     def state(self) -> dict[str, object]:
         waiting = self._waiting()

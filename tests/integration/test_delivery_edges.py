@@ -100,6 +100,38 @@ def test_a_queue_giving_back_its_live_buffer_never_hands_out_held_messages(start
     assert sorted(int(b) for b in newcomer_recorder.bodies()) == list(range(10))
 
 
+def test_a_queue_giving_back_its_live_buffer_keeps_what_was_redelivered(start_server):
+    """Found as a slow test that failed past a minute: messages that came back from a
+    consumer, then were given back to the store by an idle queue, were read back as
+    first deliveries (JMSRedelivered and the delivery count lost, so maxredeliveries
+    could never be reached)."""
+    server = start_server(
+        **{
+            "DestinationManager.qlbcleanupinterval": "0.1",
+            "DestinationManager.qlbcleanuptimetolive": "0.3",
+        }
+    )
+    leaver, leaver_recorder = connect(server.port)
+    _subscribed(
+        leaver,
+        leaver_recorder,
+        "/queue/back",
+        "a",
+        "client-individual",
+        **{"activemq.prefetchSize": "3"},
+    )
+    fill(server.port, "/queue/back", [str(i) for i in range(10)], persistent="true")
+    delivered = {m.body for m in leaver_recorder.wait_for_messages(3)}
+    leaver.disconnect()  # its three come back, redelivered from now on
+    time.sleep(1.0)  # idle past qlbcleanuptimetolive: the queue gives its live buffer back
+    newcomer, newcomer_recorder = connect(server.port)
+    _subscribed(newcomer, newcomer_recorder, "/queue/back", "c", "client-individual")
+    newcomer_recorder.wait_for_messages(10)
+    time.sleep(LATE)
+    flagged = {m.body for m in newcomer_recorder.messages if m.headers.get("redelivered") == "true"}
+    assert len(newcomer_recorder.messages) == 10 and flagged == delivered
+
+
 # -- deliveries never written go back --------------------------------------------------------
 
 
