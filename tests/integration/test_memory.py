@@ -4,9 +4,11 @@ memory figures of the query API."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from tests.integration.clients import RawClient, until
 from tests.integration.test_flow_control import client_state, flow_state
+from wiremq.modules.memwatch import ActionContext, MemoryAction, MemoryReading
 
 MIB = 1024 * 1024
 LARGE = 2 * MIB  # over MemWatch.messagethreshold
@@ -85,3 +87,58 @@ def test_the_query_api_shows_measured_and_estimated_memory(reactor, start_server
     assert memory["estimated"]["open transactions"] == 5000
     assert set(memory["estimated"]) >= {"unfinished frames", "queue live buffers", "client egress"}
     assert state["transactions"]["bytes"] == 5000 and state["transactions"]["open"] == 1
+
+
+CHANGES: list[tuple[str, int, int, int]] = []
+
+
+class Noting(MemoryAction):
+    """A plug-in action named in config.xml: notes every level change it is told of."""
+
+    def __init__(self, context: ActionContext, options: Mapping[str, str]) -> None:
+        super().__init__(context, options)
+        self.tag = options["tag"]
+
+    def level_changed(self, old: int, new: int, reading: MemoryReading) -> None:
+        CHANGES.append((self.tag, self.level, old, new))
+
+
+def test_custom_levels_and_actions_from_config_xml_act_in_the_server(reactor, start_server):
+    CHANGES.clear()
+    server = start_server(
+        config_xml=(
+            "<wiremq>\n"
+            "  <MemoryLevels>\n"
+            f'    <level from="0.2"><action class="{__name__}:Noting" tag="low"/></level>\n'
+            '    <level from="0.4" clear="0.3">\n'
+            '      <action name="collect" interval="0.05"/>\n'
+            f'      <action class="{__name__}:Noting" tag="mid"/>\n'
+            "    </level>\n"
+            '    <level from="0.7"><action name="warn"/></level>\n'
+            "  </MemoryLevels>\n"
+            "</wiremq>\n"
+        ),
+        **{"MemWatch.checkinterval": "0.05", "MemWatch.maxmemory": str(64 * 1024 * MIB)},
+    )
+    limit = server.core.memwatch.settings.maxmemory
+    figure = [limit // 10]
+    _measured_as(server, figure)
+    memory = flow_state(reactor, server)["memory"]
+    assert [level["actions"] for level in memory["levels"]] == [
+        ["Noting"],
+        ["collect", "Noting"],
+        ["warn"],
+    ]
+    assert [level["from"] for level in memory["levels"]] == [0.2, 0.4, 0.7]
+    figure[0] = limit // 2  # level 2 (of 3)
+    assert until(lambda: flow_state(reactor, server)["memory"]["level"] == 2)
+    assert until(lambda: flow_state(reactor, server)["memory"]["collections"] >= 2)
+    figure[0] = limit * 35 // 100  # above level 2's clear bound (0.3): still 2
+    time.sleep(0.3)
+    assert flow_state(reactor, server)["memory"]["level"] == 2
+    figure[0] = limit // 4
+    assert until(lambda: flow_state(reactor, server)["memory"]["level"] == 1)
+    collections = flow_state(reactor, server)["memory"]["collections"]
+    time.sleep(0.3)  # the collections of level 2 stopped with it
+    assert flow_state(reactor, server)["memory"]["collections"] == collections
+    assert CHANGES == [("low", 1, 0, 2), ("mid", 2, 0, 2), ("low", 1, 2, 1), ("mid", 2, 2, 1)]

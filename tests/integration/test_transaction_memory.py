@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.integration.clients import connect, until
 from tests.integration.test_flow_control import client_state, flow_state
+from tests.integration.xaclient import XAError, XAResource
 
 
 def _limited(start_server, strategy: str):
@@ -76,3 +79,44 @@ def test_under_none_transacted_senders_wait_until_memory_is_freed(reactor, start
     assert sent.wait_until(lambda: "t2" in sent.receipts)
     session = stopped[0]["session"]
     assert until(lambda: client_state(flow_state(reactor, server), session)["reading"])
+
+
+def test_xa_branches_first_but_never_a_prepared_one(reactor, start_server):
+    server = start_server(
+        **{
+            "TransactionMemSizeManager.uncommittedtxmemsizelimit": "10000",
+            "TransactionMemSizeManager.txtypeorder": "FIRSTXA",
+        }
+    )
+    consumer, delivered = connect(server.port)
+    consumer.subscribe("/queue/txx", id="1", headers={"receipt": "s"})
+    assert delivered.wait_until(lambda: "s" in delivered.receipts)
+    prepared, active, standard = (XAResource(server.port) for _ in range(3))
+    try:
+        prepared.start("p")
+        prepared.send("/queue/txx", "p" * 6000, "p")
+        prepared.prepare("p")
+        active.start("a")
+        active.send("/queue/txx", "a" * 1000, "a", receipt="a")
+        assert active.wait(lambda: "a" in active.answers)
+        standard.connection.begin("s")
+        standard.send("/queue/txx", "s" * 3500, "s", receipt="s")  # 10,500: over
+        assert active.wait(lambda: active.errors)
+        (notice,) = active.errors
+        assert notice.headers["message"] == "transaction discarded"
+        assert notice.headers["transaction"] == "a"
+        assert "(MAXBYTES, FIRSTXA)" in notice.body
+        assert standard.wait(lambda: "s" in standard.answers) and not standard.errors
+        assert not prepared.errors, "the prepared branch, the largest, is not chosen"
+        assert flow_state(reactor, server)["transactions"]["bytes"] == 9500
+        with pytest.raises(XAError) as caught:
+            active.prepare("a")
+        assert caught.value.message == "transaction discarded"
+        prepared.commit("p")
+        standard.connection.commit("s")
+        assert delivered.wait_until(lambda: len(delivered.messages) == 2)
+        time.sleep(0.3)  # nothing of the discarded branch comes late
+        assert sorted(m.body[0] for m in delivered.messages) == ["p", "s"]
+    finally:
+        for resource in (prepared, active, standard):
+            resource.close()

@@ -110,6 +110,21 @@ def test_a_branch_not_prepared_in_time_is_rolled_back_and_its_owner_told(server,
     assert "XA_RBTIMEOUT" in caught.value.frame.body
 
 
+def test_without_a_timeout_header_the_default_timeout_applies(start_server):
+    server = start_server(**{"XATransactionController.defaulttimeout": "0.4"})
+    resource = XAResource(server.port)
+    try:
+        resource.start("untimed")
+        resource.send("/queue/xa-untimed", "late", "untimed")
+        assert resource.wait(lambda: len(resource.errors) == 1)
+        notice = resource.errors[0]
+        assert notice.headers["transaction"] == "untimed" and "timeout of 0.4 s" in notice.body
+        _, out = _consumer(server.port, "/queue/xa-untimed")
+        assert _quiet(out, 0), "nothing of the rolled-back branch is delivered"
+    finally:
+        resource.close()
+
+
 def test_a_prepared_branch_does_not_time_out(server, resources):
     _, out = _consumer(server.port, "/queue/xa-kept")
     resource = resources()
