@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 run: $(VENV)/.run-installed
 	$(BIN)/wiremq serve
 
-$(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c
+$(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c modules/journal/_encode.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
@@ -19,7 +19,7 @@ $(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c
 # The store tests start their own PostgreSQL cluster: Debian's server programs are installed
 # when missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-$(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c
+$(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c modules/journal/_encode.c
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \

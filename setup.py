@@ -1,4 +1,5 @@
-"""The one compiled part of wiremq: the codec's fast paths (modules/stomp/_fast.c).
+"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c) and the
+audit journal's encoder (modules/journal/_encode.c).
 
 Everything else is in pyproject.toml.
 """
@@ -11,6 +12,11 @@ setup(
             "wiremq.modules.stomp._fast",
             ["modules/stomp/_fast.c"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
-        )
+        ),
+        Extension(
+            "wiremq.modules.journal._encode",
+            ["modules/journal/_encode.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror"],
+        ),
     ]
 )

@@ -14,6 +14,11 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py                      # queue, 1 consumer, ack auto
     .venv/bin/python bench/path_profile.py --topic --consumers 4
     .venv/bin/python bench/path_profile.py --ack client-individual
+    .venv/bin/python bench/path_profile.py --journal            # with the audit journal
+
+With ``--journal`` the server's audit journal is on, written to a temporary
+folder; its worker runs inline after each read, so its encoding and writing
+count in the path's CPU as they count in the server's.
 """
 
 from __future__ import annotations
@@ -21,9 +26,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from wiremq.config.groups import EgressSettings
 from wiremq.config.parameters import REGISTRY
@@ -57,6 +66,7 @@ STEPS = [
     ("completion and receipts (terminal)", ("pipeline.py", "handle"), []),
     ("socket writer (egress -> bytes)", ("egress.py", "write_out"), []),
     ("ACK handling (connection)", ("connection.py", "_acknowledge"), []),
+    ("journal writer (encode, write)", ("recorder.py", "_write"), []),
 ]
 
 
@@ -81,12 +91,26 @@ class Runtime:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    def worker(self, name: str) -> object:
-        raise RuntimeError("no store in this bench")
+    def worker(self, name: str) -> InlineWorker:
+        if name != "journal":
+            raise RuntimeError("no store in this bench")
+        return InlineWorker()
 
     def run(self) -> None:
         while self.soon:
             self.soon.popleft()()
+
+
+class InlineWorker:
+    """The journal's worker, run at once (the bench flushes the journal after each read)."""
+
+    def submit(
+        self,
+        call: Callable[[], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        done(call())
 
 
 class Reader:
@@ -121,12 +145,14 @@ class Writer:
             egress.outbox.ready.append(egress)
 
 
-def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
+def build(
+    destination: str, consumers: int, ack: str, journal: Path | None
+) -> Callable[[int], None]:
     settings = Settings(
         REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
     )
     runtime = Runtime()
-    core = Core(settings, runtime, None, default_pipelines())  # type: ignore[arg-type]
+    core = Core(settings, runtime, None, default_pipelines(), journal)  # type: ignore[arg-type]
     outbox = Outbox()
     limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
 
@@ -151,6 +177,7 @@ def build(destination: str, consumers: int, ack: str) -> Callable[[int], None]:
             producer.data_received(chunk, time.monotonic())
             runtime.run()
             outbox.flush()
+            core.journal.flush()
 
     return run
 
@@ -163,9 +190,11 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument("--journal", action="store_true", help="with the audit journal on")
     args = parser.parse_args()
     configure_logging("warning")
-    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack)
+    folder = Path(tempfile.mkdtemp(prefix="wiremq-path-journal-")) if args.journal else None
+    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack, folder)
     run(20)  # warm-up
     collect_less()  # as the server does
     messages = args.reads * READ
@@ -176,7 +205,8 @@ def main() -> None:
         best = min(best, time.process_time() - started)
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies:")
+    journal = ", journal on" if args.journal else ""
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{journal}:")
     print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
     profile = cProfile.Profile()
     profile.runcall(run, args.reads)
@@ -196,6 +226,8 @@ def main() -> None:
         own = cumulative(*step) - sum(cumulative(*callee) for callee in callees)
         if own > 0:
             print(f"  {label:40} {own / whole * total:6.2f} us  ({own / whole:5.1%})")
+    if folder is not None:
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

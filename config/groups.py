@@ -172,6 +172,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    journal: bool
 
     @classmethod
     def for_destination(cls, settings: Settings, name: str) -> DestinationPolicy:
@@ -228,3 +229,13 @@ class CleanupIntervalSettings(SettingsGroup):
     """A memory store's cleanup period (VolQueueStoreImpl)."""
 
     cleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSettings(SettingsGroup):
+    """Journal: the audit journal's files and its writer."""
+
+    enabled: bool
+    maxfilesize: int
+    flushinterval: float
+    maxbacklog: int

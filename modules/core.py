@@ -9,6 +9,7 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import structlog
 
@@ -26,6 +27,8 @@ from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
+from wiremq.modules.journal.recorder import Journal, RecordingJournal
+from wiremq.modules.journal.schema import SERVER_STOPPED
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
@@ -48,19 +51,26 @@ class Core:
         runtime: Runtime,
         store: MessageStore | None,
         pipelines: dict[str, list[ModuleSpec]],
+        journal_folder: Path | None = None,
     ) -> None:
+        """``journal_folder``: where the audit journal is written (none: not written)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
         self.ids = Ids()
         self.pipelines = Pipelines()
+        destinations: list[Destinations] = []  # made below: the flow control asks it later
+        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.journal = (
+            RecordingJournal(settings, runtime, journal_folder, self.flow)
+            if journal_folder is not None
+            else Journal()
+        )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
-        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit)
+        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit, self.journal)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
-        destinations: list[Destinations] = []  # made below: the flow control asks it later
-        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
         self.unacked = UnackedLimit(
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
@@ -75,6 +85,7 @@ class Core:
                 self.unacked,
                 self.replays,
                 self.volatile,
+                self.journal,
             )
         )
         destinations.append(self.destinations)
@@ -82,7 +93,7 @@ class Core:
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
         bounds = ClientBounds.read(settings, "StompListener")
-        self.transactions = TransactionManager(bounds.maxtransactions)
+        self.transactions = TransactionManager(bounds.maxtransactions, self.journal)
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
@@ -100,6 +111,7 @@ class Core:
             Counter(),
             UnfinishedFrames(bounds.maxunfinishedbytes),
             bounds,
+            self.journal,
         )
 
     def module_context(self, domain: str) -> ModuleContext:
@@ -113,6 +125,7 @@ class Core:
             self.transactions,
             self.spool,
             self.persistence,
+            self.journal,
         )
 
     def restore(self) -> None:
@@ -131,6 +144,14 @@ class Core:
             stored_queue_messages=store.totals(QUEUE_PREFIX)[0],
             durable_subscriptions=len(subscriptions),
         )
+
+    def stopped(self) -> None:
+        """The clients are gone and the server stops: the non-persistent messages still in
+        the queues are lost (journaled), the journal writes what is left."""
+        for queue in self.destinations.queues.values():
+            if queue.fifo:
+                self.journal.discarded(list(queue.fifo), SERVER_STOPPED)
+        self.journal.close()
 
     def connect(
         self, egress: Egress, peer: str, reader: ReadControl, now: float
@@ -152,4 +173,5 @@ class Core:
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
+            "journal": self.journal.statistics(),
         }

@@ -25,6 +25,7 @@ from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, StoreTransaction
 if TYPE_CHECKING:
     from wiremq.modules.durable import ReplayManager
     from wiremq.modules.expiry import Expiry
+    from wiremq.modules.journal.recorder import Journal
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.subscription import Subscription, UnackedLimit
     from wiremq.stores.volqueue import VolQueueStore
@@ -51,6 +52,7 @@ class DestinationServices:
     unacked: UnackedLimit
     replays: ReplayManager
     volatile: VolQueueStore[Message]
+    journal: Journal
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:

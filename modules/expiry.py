@@ -21,6 +21,7 @@ from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
 from wiremq.modules.destination import domain_of
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch
@@ -58,11 +59,13 @@ class Expiry:
         settings: Settings,
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
+        journal: Journal,
     ) -> None:
         """``submit(domain, batch)`` starts messages down a pipeline."""
         self.settings = settings
         self.persistence = persistence
         self.submit = submit
+        self.journal = journal
 
     def _dead_message_queue(self, destination: str) -> str | None:
         """Where expired messages of ``destination`` go, or None when they are discarded."""
@@ -79,6 +82,7 @@ class Expiry:
             return
         dmq = self._dead_message_queue(destination)
         self._log(destination, [m.message_id for m in messages], dmq)
+        self.journal.expired(destination, messages, dmq)
         if dmq is None:
             return
         copies = [
@@ -91,9 +95,11 @@ class Expiry:
         self,
         found: list[tuple[Position, StoredMessage]],
         then: Callable[[], None] = lambda: None,
+        run: CleanupRun | None = None,
     ) -> None:
         """Expired messages in the store: removed, and moved to their destinations' dead
-        message queues where configured, in one store transaction; ``then`` after it."""
+        message queues where configured, in one store transaction; ``then`` after it.
+        ``run``: the cleanup run that found them."""
         persistence = self.persistence
         if not found or persistence is None:
             then()
@@ -110,11 +116,13 @@ class Expiry:
         transaction = StoreTransaction(removals=tuple(removals), moves=tuple(moves))
 
         def moved(result: Committed) -> None:
+            self.journal.expired_stored(transaction, found, result, run)
             copies = [
                 Message.from_stored(copy, seq)
                 for (_, copy), seq in zip(moves, result.moved, strict=True)
                 if seq is not None  # None: gone meanwhile (acknowledged), nothing moved
             ]
+            self.journal.stored(copies)
             for dmq, batch in grouped((m.destination, m) for m in copies).items():
                 self._forward(dmq, batch)
             then()

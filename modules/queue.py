@@ -183,6 +183,7 @@ class Queue(Destination):
             held = sorted(unwritten, key=lambda m: m.arrival)
         else:
             held = subscription.take_unacked()
+        self.services.journal.ended(subscription, held)
         self.requeue(held, set(unwritten))
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:

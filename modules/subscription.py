@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
+from wiremq.modules.journal.schema import EGRESS_DISCARD_OLDEST
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.encoder import ack_line, ack_suffix, subscription_head
@@ -89,6 +90,7 @@ class Subscription:
         "client",
         "ended",
         "written_order",
+        "journal",
     )
 
     def __init__(
@@ -106,6 +108,7 @@ class Subscription:
         self.number = number
         self.destination = destination
         self.limit = destination.services.unacked
+        self.journal = destination.services.journal
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
@@ -178,6 +181,7 @@ class Subscription:
     # -- delivery --------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
+        self.journal.delivered(self, message)
         tail = message.wire_tail(self.flavour)
         self.inflight_messages += 1
         self.inflight_bytes += message.size
@@ -212,6 +216,7 @@ class Subscription:
             for message in messages:
                 order[message.message_id] = None
         elif self.unacked is None:
+            self.journal.acknowledged(self, messages)
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)
             stored = [m for m in messages if m.store_seq]
@@ -231,6 +236,7 @@ class Subscription:
             if self.written_order is not None:
                 self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
+        self.journal.discarded_for(self, (message,), EGRESS_DISCARD_OLDEST)
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()

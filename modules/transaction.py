@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.recorder import Journal
+from wiremq.modules.journal.schema import TRANSACTION_ABORTED, TRANSACTION_FAILED
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule, complete
 from wiremq.stores.api import Committed, StoreTransaction
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.transaction")
+
+NO_JOURNAL = Journal()
 
 
 class TransactionOwner(Protocol):
@@ -66,9 +70,10 @@ class Transaction:
 class TransactionManager:
     """Open transactions of every connection, and the transaction module of each pipeline."""
 
-    def __init__(self, per_connection: int) -> None:
+    def __init__(self, per_connection: int, journal: Journal = NO_JOURNAL) -> None:
         """``per_connection``: transactions one connection may have open at once."""
         self.per_connection = per_connection
+        self.journal = journal
         # Per connection, so that its transactions are counted and dropped without
         # looking at anyone else's.
         self._open: dict[TransactionOwner, dict[str, Transaction]] = {}
@@ -126,11 +131,12 @@ class TransactionManager:
         return transaction
 
     def abort(self, owner: TransactionOwner, name: str) -> None:
-        self.take(owner, name)
+        self.journal.discarded(self.take(owner, name).messages, TRANSACTION_ABORTED)
 
     def abort_all(self, owner: TransactionOwner) -> None:
         """Drop every open transaction of a connection that went away."""
-        self._open.pop(owner, None)
+        for transaction in self._open.pop(owner, {}).values():
+            self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
 
     def resume(self, domain: str, batch: Batch) -> None:
         """Committed messages continue down their pipeline after its transaction module."""
@@ -202,6 +208,7 @@ class Unit:
 
     def start(self, manager: TransactionManager) -> None:
         """Send the messages on from their pipelines' transaction modules."""
+        self.journal = manager.journal
         if not self.messages:
             self._commit()
             return
@@ -244,6 +251,7 @@ class Unit:
         self.stored = True
         for message, seq in zip(stored, result.positions, strict=True):
             message.store_seq = seq or 0
+        self.journal.stored(stored)
         for module, batch, kept in self._by_module():
             module.unit_stored(batch, kept)
         if not self.messages:
@@ -256,8 +264,10 @@ class Unit:
         for module, batch, kept in self._by_module():
             for message in batch:
                 message.origin = None
+            self.journal.discarded(batch, TRANSACTION_FAILED)
             module.unit_dropped(kept)
         for subscription, messages in self.taken:
+            self.journal.unacknowledged(subscription, messages)
             subscription.destination.rejected(subscription, messages, requeue=True)
         self.owner.unit_failed(self, refusal)
 

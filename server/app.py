@@ -16,6 +16,7 @@ from wiremq.config.groups import (
     CleanupIntervalSettings,
     EgressSettings,
     IdleDestinationSettings,
+    JournalSettings,
     ListenerSettings,
     LiveBufferSettings,
     ServerSettings,
@@ -27,6 +28,7 @@ from wiremq.modules.core import Core
 from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
+from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
@@ -35,6 +37,8 @@ from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 log = structlog.get_logger("wiremq.server")
+
+JOURNAL_FOLDER = "journal"  # in the data folder
 
 
 class WiremqServer:
@@ -74,7 +78,14 @@ class WiremqServer:
         data.mkdir(parents=True, exist_ok=True)
         self.store = open_store(self.settings)
         try:
-            self.core = Core(self.settings, self.runtime, self.store, self.config.pipelines)
+            journal = data / JOURNAL_FOLDER
+            self.core = Core(
+                self.settings,
+                self.runtime,
+                self.store,
+                self.config.pipelines,
+                journal if JournalSettings.read(self.settings, "Journal").enabled else None,
+            )
             self.core.restore()
             self.listening = self.reactor.listenTCP(
                 self.listener.port, StompFactory(self), interface=self.listener.host
@@ -85,6 +96,7 @@ class WiremqServer:
             self.store = None
             raise
         self._start_cleanups(self.core)
+        self.core.journal.open()
         log.info(
             "server.listening",
             host=self.listener.host,
@@ -103,22 +115,24 @@ class WiremqServer:
         self.cleanups = [
             CatchUp(runtime, settings, persistence),
             StoreCleanup(
-                "persqueue",
+                PERSQUEUE,
                 QUEUE_PREFIX,
                 "PersQueueFileStore",
                 runtime,
                 settings,
                 persistence,
                 core.expiry,
+                core.journal,
             ),
             StoreCleanup(
-                "topics",
+                TOPICS,
                 TOPIC_PREFIX,
                 "TopicFileStore",
                 runtime,
                 settings,
                 persistence,
                 core.expiry,
+                core.journal,
             ),
             Periodic(
                 runtime,
@@ -225,6 +239,8 @@ class WiremqServer:
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()
+        if self.core is not None:
+            self.core.stopped()
         yield self.runtime.stop_workers()
         if self.store is not None:
             self.store.close()

@@ -96,6 +96,7 @@ class Net:
         values: dict[str, Value],
         destinations: dict[str, dict[str, Value]],
         persistence_path: Path | None,
+        journal: Path | None = None,
     ) -> None:
         self.settings = Settings(REGISTRY, {**NO_HEARTBEATS, **values})
         for name, params in destinations.items():
@@ -107,7 +108,7 @@ class Net:
         if persistence_path is not None:
             self.settings.set("Server.datadir", str(persistence_path))
             store = open_store(self.settings)
-        self.core = Core(self.settings, self.runtime, store, default_pipelines())
+        self.core = Core(self.settings, self.runtime, store, default_pipelines(), journal)
         self.core.restore()
         self.peers: list[Peer] = []
         self.workers_held = False  # a slow store: commits wait until released
@@ -215,16 +216,19 @@ def send_frame(destination: str, body: str, headers: dict[str, str] | None = Non
 
 @pytest.fixture
 def make_net(tmp_path: Path) -> Iterator[Callable[..., Net]]:
-    """``make_net(values, destinations, persistent=False)``: a Net with these settings."""
+    """``make_net(values, destinations, persistent=False, journal=False)``: a Net with these
+    settings (``journal``: its audit journal written in a folder of its own)."""
     nets: list[Net] = []
 
     def make(
         values: dict[str, Value] | None = None,
         destinations: dict[str, dict[str, Value]] | None = None,
         persistent: bool = False,
+        journal: bool = False,
     ) -> Net:
         path = tmp_path / f"store-{len(nets)}.fs" if persistent else None
-        net = Net(values or {}, destinations or {}, path)
+        folder = tmp_path / f"journal-{len(nets)}" if journal else None
+        net = Net(values or {}, destinations or {}, path, folder)
         nets.append(net)
         return net
 

@@ -1,0 +1,417 @@
+"""The journal's hooks: one call at each place a message life event happens.
+
+Each hook is one line where the event happens (``journal.delivered(subscription,
+message)`` in ``Subscription.deliver``, ...); the places are listed in
+docs/journal.md. ``Journal`` itself records nothing: it is the journal switched
+off, and the one a core on a fake clock gets. ``RecordingJournal`` records.
+
+What a hook does on the event loop is kept to appending one small tuple (the
+kind, the time, the objects concerned) to a list: a hook runs for every message
+and every delivery, and formatting JSON there would cost the message path as
+much as the rest of it. Every ``Journal.flushinterval`` the list is handed to
+the journal's worker thread, which encodes it (``encoding.py``, in C) and
+appends it to the current file (``files.py``). A hook that names a list of
+messages (the SENDs of one read, the deliveries one write put on a socket) is
+one tuple for all of them; the list must not change afterwards.
+
+Records handed over and not yet written are counted in a watermark that stops
+every producer at ``Journal.maxbacklog`` (and starts them again at half): a
+disk that cannot keep up slows the server down instead of growing its memory
+or losing records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from wiremq.config.groups import (
+    DestinationPolicy,
+    JournalSettings,
+    StoreSettings,
+    WatermarkLimits,
+)
+from wiremq.config.settings import DESTINATION_GROUP, Settings
+from wiremq.modules.journal import encoding as kinds
+from wiremq.modules.journal.encoding import DestinationSwitch, encode
+from wiremq.modules.journal.files import JournalFiles
+from wiremq.modules.journal.schema import (
+    EXPIRED,
+    SUBSCRIBER_LEFT,
+    TRANSACTION_FAILED,
+    VOLQUEUE,
+    store_of,
+)
+from wiremq.modules.runtime import Runtime
+from wiremq.stores.api import QUEUE_PREFIX, Committed, Position, StoreTransaction
+from wiremq.stores.records import StoredMessage
+
+if TYPE_CHECKING:
+    from wiremq.modules.flow.control import FlowControl
+    from wiremq.modules.message import Message
+    from wiremq.modules.subscription import Subscription
+    from wiremq.stores.durable import SubscriptionKey
+
+log = structlog.get_logger("wiremq.journal")
+
+_now = time.time  # seconds, as a float: the encoder writes whole ms
+# The kinds of the hooks that run for every message, read once (a global, not an attribute).
+_RECEIVED, _DELIVERED, _REDELIVERED = kinds.RECEIVED, kinds.DELIVERED, kinds.REDELIVERED
+_ACKNOWLEDGED = kinds.ACKNOWLEDGED
+
+
+@dataclass
+class CleanupRun:
+    """One run of a store's cleanup: its id and what it did so far."""
+
+    run_id: str
+    store: str
+    scanned: int = 0
+    removed: int = 0
+
+
+def server_id() -> str:
+    """A new id for one run of the server (random, as message ids' prefixes are)."""
+    return os.urandom(4).hex()
+
+
+class Journal:
+    """The journal's hooks (see the module docstring); this one records nothing."""
+
+    def __init__(self) -> None:
+        self.server = server_id()
+        self._runs = 0
+
+    # -- the server ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """The server started."""
+
+    def close(self) -> None:
+        """The server stopped: write what is left."""
+
+    def flush(self) -> None:
+        """Hand the records so far to the writer."""
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    def received(self, messages: Sequence[Message]) -> None:
+        """Messages were taken into a pipeline (admission)."""
+
+    def refused(self, message: Message, reason: str) -> None:
+        """The server does not take a message; its sender is told ``reason``."""
+
+    def discarded(self, messages: Sequence[Message], reason: str) -> None:
+        """Messages were dropped on purpose."""
+
+    def stored(self, messages: Sequence[Message]) -> None:
+        """Messages were committed to their store (``store_seq`` set)."""
+
+    # -- deliveries ------------------------------------------------------------------------
+
+    def delivered(self, subscription: Subscription, message: Message) -> None:
+        """A message was handed to a subscription (a redelivery if flagged so)."""
+
+    def acknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        """Auto mode: deliveries were written to the client's socket."""
+
+    def acknowledgement(
+        self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
+    ) -> None:
+        """An ACK (or a NACK, and whether it requeues) took these deliveries."""
+
+    def unacknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        """Acknowledgements undone: their transaction failed and the messages went back."""
+
+    def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        """The subscription ended with these deliveries unacknowledged: a queue's go back
+        to it; a topic's go back to the store for a durable subscriber, else are lost to
+        this subscriber."""
+
+    def discarded_for(
+        self, subscription: Subscription, messages: Sequence[Message], reason: str
+    ) -> None:
+        """Messages were dropped for one subscriber only."""
+
+    def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
+        """A durable subscription was removed, with what the store kept only for it."""
+
+    # -- expiry and cleanup ----------------------------------------------------------------
+
+    def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
+        """Messages held in memory expired: discarded, or copied to ``dmq``."""
+
+    def expired_stored(
+        self,
+        transaction: StoreTransaction,
+        found: Sequence[tuple[Position, StoredMessage]],
+        result: Committed,
+        run: CleanupRun | None,
+    ) -> None:
+        """Stored messages ``found`` expired; ``transaction`` removed them or moved them
+        to dead message queues, as ``result`` tells; ``run`` if a cleanup run found them."""
+
+    def cleanup_started(self, store: str, settings: StoreSettings) -> CleanupRun:
+        """A run of a persistent store's cleanup begins."""
+        return self._new_run(store)
+
+    def cleanup_ended(self, run: CleanupRun) -> None:
+        """A cleanup run ended."""
+
+    @contextmanager
+    def sweeping(self, store: str, interval: float) -> Iterator[CleanupRun]:
+        """A cleanup run of an in-memory store (the VolQueueStore's sweep), on the event
+        loop from start to end: what ``expired`` reports meanwhile, it removed."""
+        yield self._new_run(store)
+
+    def _new_run(self, store: str) -> CleanupRun:
+        self._runs += 1
+        return CleanupRun(f"{self.server}-{store}-{self._runs}", store)
+
+    def statistics(self) -> dict[str, int]:
+        """What was written, for the admin view."""
+        return {}
+
+
+class RecordingJournal(Journal):
+    """The journal that records (see the module docstring)."""
+
+    def __init__(
+        self, settings: Settings, runtime: Runtime, folder: Path, flow: FlowControl
+    ) -> None:
+        super().__init__()
+        self.settings = JournalSettings.read(settings, "Journal")
+        self.switch = destination_switch(settings)
+        self.runtime = runtime
+        self.files = JournalFiles(folder, self.settings.maxfilesize, self.server)
+        self.worker = runtime.worker("journal")
+        self._records: list[tuple[Any, ...]] = []
+        self._append = self._records.append  # the hooks' one step (the list is reused)
+        self._timer: Any = None
+        self._sweep: CleanupRun | None = None
+        half = self.settings.maxbacklog // 2
+        self.backlog = flow.journal_gate(WatermarkLimits(self.settings.maxbacklog, half, -1, -1))
+        self.written_records = 0
+        self.written_bytes = 0
+        self.failed_records = 0
+
+    # -- handing records to the writer -----------------------------------------------------
+
+    def open(self) -> None:
+        self._append((kinds.SERVER_STARTED, _now(), self.server))
+        self._schedule()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._append((kinds.SERVER_STOPPED, _now(), self.server))
+        self.flush()
+        files = self.files
+        self.worker.submit(files.close, lambda _: None, self._close_failed)
+
+    def _schedule(self) -> None:
+        self._timer = self.runtime.call_later(self.settings.flushinterval, self._tick)
+
+    def _tick(self) -> None:
+        self.flush()
+        self._schedule()
+
+    def flush(self) -> None:
+        if not self._records:
+            return
+        records = self._records[:]
+        self._records.clear()
+        count = len(records)
+        self.backlog.add(count, 0)
+        self.worker.submit(
+            lambda: self._write(records),
+            lambda written: self._written(count, written),
+            lambda error: self._failed(count, error),
+        )
+
+    def _write(self, records: list[tuple[Any, ...]]) -> int:
+        """On the worker: encode and append a batch; the bytes written."""
+        return self.files.write(encode(records, self.switch))
+
+    def _written(self, count: int, nbytes: int) -> None:
+        self.backlog.remove(count, 0)
+        self.written_records += count
+        self.written_bytes += nbytes
+
+    def _failed(self, count: int, error: Exception) -> None:
+        self.backlog.remove(count, 0)
+        if not self.failed_records:
+            log.error("journal.write_failed", records=count, error=str(error))
+        self.failed_records += count
+
+    def _close_failed(self, error: Exception) -> None:
+        log.error("journal.close_failed", error=str(error))
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "records_written": self.written_records,
+            "bytes_written": self.written_bytes,
+            "records_lost": self.failed_records,
+            "records_waiting": self.backlog.gauge.messages + len(self._records),
+        }
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def received(self, messages: Sequence[Message]) -> None:
+        self._append((_RECEIVED, _now(), messages))
+
+    def refused(self, message: Message, reason: str) -> None:
+        self._append((kinds.REFUSED, _now(), (message,), reason))
+
+    def discarded(self, messages: Sequence[Message], reason: str) -> None:
+        self._append((kinds.DISCARDED, _now(), messages, reason))
+
+    def stored(self, messages: Sequence[Message]) -> None:
+        now = _now()
+        kept = [m for m in messages if m.store_seq]  # not: topic messages no one keeps
+        for store, group in _by_store(kept).items():
+            self._append((kinds.STORED, now, group, store))
+
+    def delivered(self, subscription: Subscription, message: Message) -> None:
+        self._append(
+            (_REDELIVERED if message.redelivered else _DELIVERED, _now(), subscription, message)
+        )
+
+    def acknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        self._append((_ACKNOWLEDGED, _now(), subscription, messages))
+
+    def acknowledgement(
+        self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
+    ) -> None:
+        if nack:
+            self._append((kinds.NACKED, _now(), subscription, messages, requeue))
+        else:
+            self._append((kinds.ACKNOWLEDGED, _now(), subscription, messages))
+
+    def unacknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        record = (kinds.UNACKNOWLEDGED, _now(), subscription, messages, TRANSACTION_FAILED)
+        self._append(record)
+
+    def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
+        back = list(messages)
+        lost: list[Message] = []
+        if not subscription.destination.name.startswith(QUEUE_PREFIX):
+            durable = subscription.durable_key is not None
+            back = [m for m in messages if durable and m.store_seq]
+            lost = [m for m in messages if not (durable and m.store_seq)]
+        now = _now()
+        if back:
+            self._append((kinds.REQUEUED, now, subscription, back, SUBSCRIBER_LEFT))
+        if lost:
+            self._append((kinds.DISCARDED_FOR, now, subscription, lost, SUBSCRIBER_LEFT))
+
+    def discarded_for(
+        self, subscription: Subscription, messages: Sequence[Message], reason: str
+    ) -> None:
+        self._append((kinds.DISCARDED_FOR, _now(), subscription, messages, reason))
+
+    def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
+        durable = f"{key[0]}/{key[1]}"
+        self._append((kinds.SUBSCRIPTION_REMOVED, _now(), topic, durable))
+
+    def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
+        now = _now()
+        store = VOLQUEUE if destination.startswith(QUEUE_PREFIX) else None
+        run = self._sweep if store is not None else None
+        run_id = run.run_id if run is not None else None
+        self._append((kinds.EXPIRED, now, messages, store, dmq, run_id))
+        if run is not None:
+            run.removed += len(messages)
+            self._append((kinds.REMOVED, now, messages, store, run_id))
+        if dmq is not None:
+            self._append((kinds.DEAD_LETTERED, now, messages, dmq, EXPIRED))
+
+    def expired_stored(
+        self,
+        transaction: StoreTransaction,
+        found: Sequence[tuple[Position, StoredMessage]],
+        result: Committed,
+        run: CleanupRun | None,
+    ) -> None:
+        now = _now()
+        run_id = run.run_id if run is not None else None
+        by_position = dict(found)
+        removed = set(result.removed)
+        # (dmq or None, (position, message)) for every message the transaction took out
+        gone = [(None, item) for item in found if item[0] in removed]
+        gone += [
+            (copy.destination, (position, by_position[position]))
+            for (position, copy), seq in zip(transaction.moves, result.moved, strict=True)
+            if seq is not None and position in by_position
+        ]
+        groups: dict[tuple[str, str | None], list[tuple[Position, StoredMessage]]] = {}
+        for dmq, item in gone:
+            groups.setdefault((store_of(item[0][0]), dmq), []).append(item)
+        for (store, dmq), items in groups.items():
+            self._append((kinds.EXPIRED_STORED, now, items, store, dmq, run_id))
+            if run is not None:
+                self._append((kinds.REMOVED_STORED, now, items, store, run_id))
+            if dmq is not None:
+                self._append((kinds.DEAD_LETTERED_STORED, now, items, dmq, EXPIRED))
+        if run is not None:
+            run.removed += len(gone)
+
+    def cleanup_started(self, store: str, settings: StoreSettings) -> CleanupRun:
+        run = self._new_run(store)
+        self._append(
+            (
+                kinds.CLEANUP_STARTED,
+                _now(),
+                store,
+                run.run_id,
+                round(settings.cleanupinterval * 1000),
+                round(settings.cleanuptransactiontime * 1000),
+                settings.cleanuptransactionsize,
+            )
+        )
+        return run
+
+    def cleanup_ended(self, run: CleanupRun) -> None:
+        record = (kinds.CLEANUP_ENDED, _now(), run.store, run.run_id, run.scanned, run.removed)
+        self._append(record)
+
+    @contextmanager
+    def sweeping(self, store: str, interval: float) -> Iterator[CleanupRun]:
+        run = self._new_run(store)
+        record = (kinds.CLEANUP_STARTED, _now(), store, run.run_id, round(interval * 1000))
+        self._append((*record, None, None))
+        self._sweep = run
+        try:
+            yield run
+        finally:
+            self._sweep = None
+            self.cleanup_ended(run)
+
+
+def _by_store(messages: Sequence[Message]) -> dict[str, Sequence[Message]]:
+    """Messages by the store they are in (a committed transaction may span both)."""
+    stores = {store_of(m.destination) for m in messages}
+    if len(stores) <= 1:
+        return {stores.pop(): messages} if stores else {}
+    return {store: [m for m in messages if store_of(m.destination) == store] for store in stores}
+
+
+def destination_switch(settings: Settings) -> DestinationSwitch:
+    """Which destinations are journaled (``Destination.journal`` and its overrides)."""
+    default = DestinationPolicy.read(settings, DESTINATION_GROUP).journal
+    exceptions = frozenset(
+        name
+        for name in settings.destinations
+        if DestinationPolicy.for_destination(settings, name).journal != default
+    )
+    return DestinationSwitch(default, exceptions)
