@@ -7,6 +7,7 @@ import gc
 import sys
 from collections.abc import Sequence
 
+from wiremq.analytics import cli as audits
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, load_config, render_config
@@ -20,6 +21,10 @@ semantics, in the spirit of the iBus//MessageServer.
   wiremq default-config > config.xml
                                     write a config.xml with every parameter
   wiremq parameters                 list every parameter with its bounds
+  wiremq export --data DIR          snapshot what the stores hold (server stopped)
+  wiremq audit conservation --data DIR
+                                    prove every message's fate (Spark)
+  wiremq audit cleanup --data DIR   prove every cleanup removed only what expired
 """
 
 
@@ -46,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("default-config", help="print a config.xml holding every default")
     commands.add_parser("parameters", help="print the parameter reference")
+    audits.add_export(commands)
+    audits.add_audit(commands)
     return parser
 
 
@@ -57,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "parameters":
         sys.stdout.write(parameter_reference())
         return 0
+    if args.command in ("export", "audit"):
+        return audits.main(args)
     return serve(args)
 
 
