@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from .progress import Progress
+    from .tables import Tables
 
 PASSED, FAILED, CANNOT_RUN = 0, 1, 2
 SNAPSHOT_FILE = "snapshot.parquet"
@@ -192,14 +193,18 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _journal(
-    spark: SparkSession, paths: Paths, progress: Progress
+    spark: SparkSession, paths: Paths, tables: Tables, progress: Progress
 ) -> tuple[DataFrame, dict[str, Any]]:
-    """The readable journal and the facts about it (records, unreadable lines, ...)."""
+    """The readable journal and the facts about it (records, unreadable lines, ...).
+
+    The JSON is parsed once, into the audit's ``journal`` table (Parquet): parsing is
+    most of an audit's work, and everything after reads the columns it needs from it.
+    """
     from . import journal
 
     progress.step(f"reading the journal at {paths.journal}")
-    records = journal.read_journal(spark, paths.journal)
-    facts = journal.checks(records).first().asDict()  # type: ignore[union-attr]
+    records = tables.write("journal", journal.read_journal(spark, paths.journal), csv=False)
+    facts = _first(journal.checks(records))
     if not facts["records"]:
         raise CannotRun(f"the journal at {paths.journal} has no records")
     if facts["newer_schema"]:
@@ -236,7 +241,7 @@ def conservation_audit(args: argparse.Namespace, paths: Paths, spark: SparkSessi
 
     tables = Tables(paths.out)
     with Progress(spark, quiet=args.quiet) as progress:
-        journal, facts = _journal(spark, paths, progress)
+        journal, facts = _journal(spark, paths, tables, progress)
         progress.step("grouping the journal by message")
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
         verdicts = tables.write(
@@ -282,9 +287,9 @@ def cleanup_audit(args: argparse.Namespace, paths: Paths, spark: SparkSession) -
 
     tables = Tables(paths.out)
     with Progress(spark, quiet=args.quiet) as progress:
-        journal, facts = _journal(spark, paths, progress)
+        journal, facts = _journal(spark, paths, tables, progress)
         progress.step("taking the records of cleanups and expiries")
-        records = tables.write("records", cleanup.relevant(journal))
+        records = tables.write("records", cleanup.relevant(journal), csv=False)
         sessions = cleanup.sessions(records)
         origins = cleanup.origins(records)
         progress.step("runs and removals")

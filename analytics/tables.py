@@ -34,14 +34,16 @@ class Tables:
     def path(self, name: str, kind: str) -> str:
         return f"{self.folder}/{name}.{kind}"
 
-    def write(self, name: str, frame: DataFrame) -> DataFrame:
-        """Write ``frame`` as Parquet, then as CSV from the Parquet just written (so the
-        work behind it runs once); returns the Parquet table."""
+    def write(self, name: str, frame: DataFrame, csv: bool = True) -> DataFrame:
+        """Write ``frame`` as Parquet, then (unless ``csv`` is false: the journal itself,
+        say) as CSV from the Parquet just written, so that the work behind it runs once;
+        returns the Parquet table."""
         parquet = self.path(name, "parquet")
         frame.write.mode("overwrite").parquet(parquet)
         table = frame.sparkSession.read.parquet(parquet)
-        csv_ready(table).coalesce(1).write.mode("overwrite").option("header", "true").csv(
-            self.path(name, "csv")
-        )
+        if csv:
+            csv_ready(table).coalesce(1).write.mode("overwrite").option("header", "true").csv(
+                self.path(name, "csv")
+            )
         self.written.append(name)
         return table

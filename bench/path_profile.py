@@ -66,7 +66,12 @@ STEPS = [
     ("completion and receipts (terminal)", ("pipeline.py", "handle"), []),
     ("socket writer (egress -> bytes)", ("egress.py", "write_out"), []),
     ("ACK handling (connection)", ("connection.py", "_acknowledge"), []),
-    ("journal writer (encode, write)", ("recorder.py", "_write"), []),
+    (
+        "journal: records written (C)",
+        ("~", "<method 'add' of 'wiremq.modules.journal._encode.Recorder' objects>"),
+        [],
+    ),
+    ("journal: files written", ("files.py", "write"), []),
 ]
 
 

@@ -1,13 +1,13 @@
-"""The journal's record kinds, and how a batch of hook records becomes JSON Lines.
+"""The journal's record kinds, and how a record becomes JSON Lines.
 
-A hook (``recorder.py``) appends a small tuple to the pending records: ``(kind, ts,
-...)`` with the objects concerned (a message, a subscription, a list of messages).
-Nothing is read or formatted then. On the journal's worker thread ``encode`` turns
-a batch of them into bytes: one line per event, and a record that names a list of
-messages gives one line per message (the SENDs of one read, the messages one
-write put on a socket). The encoding runs in C (``_encode.c``) from a plan per
-kind; the plans are derived here from the schema, so that every field of every
-event has exactly one place it is read from, and nothing is formatted twice.
+A hook (``recorder.py``) adds a record ``(kind, slot2, slot3, ...)`` naming the
+objects concerned (a message, a subscription, a list of messages) to its
+journal's ``Recorder``, which writes it at once, in C (``_encode.c``), at the time
+now: one line per event, and a record that names a list of messages one line per
+message (the SENDs of one read, the messages one write put on a socket). Each
+kind has a plan, derived here from the schema, so that every field of every event
+has exactly one place it is read from. ``encode`` writes a batch of whole records
+``(kind, ts, ...)`` the same way (tests, and the bench's generated journals).
 """
 
 from __future__ import annotations
@@ -190,8 +190,18 @@ class DestinationSwitch:
     exceptions: frozenset[str]
 
 
+def _exceptions(switch: DestinationSwitch) -> frozenset[str] | None:
+    """The encoder's destinations to look up (None: every line is written)."""
+    return switch.exceptions if switch.exceptions or not switch.default else None
+
+
 def encode(records: list[tuple[Any, ...]], switch: DestinationSwitch) -> bytes:
-    """The JSON Lines of a batch of hook records, less the lines of destinations whose
-    journal is switched off."""
-    exceptions = switch.exceptions if switch.exceptions or not switch.default else None
-    return _encode.encode(PLANS, records, switch.default, exceptions)
+    """The JSON Lines of a batch of whole records ``(kind, ts, ...)`` (ts in seconds), less
+    the lines of destinations whose journal is switched off."""
+    return _encode.encode(PLANS, records, switch.default, _exceptions(switch))
+
+
+def recorder(switch: DestinationSwitch) -> Any:
+    """A ``Recorder``: ``add(kind, slot2, ...)`` writes a record at the time now, ``take()``
+    returns the bytes written since the last take, ``lines`` counts their lines."""
+    return _encode.Recorder(PLANS, switch.default, _exceptions(switch))

@@ -5,25 +5,27 @@ message)`` in ``Subscription.deliver``, ...); the places are listed in
 docs/journal.md. ``Journal`` itself records nothing: it is the journal switched
 off, and the one a core on a fake clock gets. ``RecordingJournal`` records.
 
-What a hook does on the event loop is kept to appending one small tuple (the
-kind, the time, the objects concerned) to a list: a hook runs for every message
-and every delivery, and formatting JSON there would cost the message path as
-much as the rest of it. Every ``Journal.flushinterval`` the list is handed to
-the journal's worker thread, which encodes it (``encoding.py``, in C) and
-appends it to the current file (``files.py``). A hook that names a list of
-messages (the SENDs of one read, the deliveries one write put on a socket) is
-one tuple for all of them; the list must not change afterwards.
+A hook runs for every message and every delivery, so it does one thing: it
+adds its record (the kind and the objects concerned) to the journal's C
+``Recorder``, which writes the JSON line at once into its buffer while the
+message is still in the processor's cache (``encoding.py``, ``_encode.c``). A
+hook that names a list of messages (the SENDs of one read, the deliveries one
+write put on a socket) is one call for all of them. Every
+``Journal.flushinterval`` the buffer's bytes go to the journal's worker thread,
+which appends them to the current file (``files.py``) with the interpreter
+lock released. Keeping tuples of the objects instead and encoding them on the
+worker was measured: holding a tenth of a second of messages alive and reading
+them back cold cost the message path three to five times as much.
 
-Records handed over and not yet written are counted in a watermark that stops
-every producer at ``Journal.maxbacklog`` (and starts them again at half): a
-disk that cannot keep up slows the server down instead of growing its memory
+Lines handed to the writer and not yet written are counted in a watermark that
+stops every producer at ``Journal.maxbacklog`` (and starts them again at half):
+a disk that cannot keep up slows the server down instead of growing its memory
 or losing records.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import DESTINATION_GROUP, Settings
 from wiremq.modules.journal import encoding as kinds
-from wiremq.modules.journal.encoding import DestinationSwitch, encode
+from wiremq.modules.journal.encoding import DestinationSwitch, recorder
 from wiremq.modules.journal.files import JournalFiles
 from wiremq.modules.journal.schema import (
     EXPIRED,
@@ -61,7 +63,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("wiremq.journal")
 
-_now = time.time  # seconds, as a float: the encoder writes whole ms
 # The kinds of the hooks that run for every message, read once (a global, not an attribute).
 _RECEIVED, _DELIVERED, _REDELIVERED = kinds.RECEIVED, kinds.DELIVERED, kinds.REDELIVERED
 _ACKNOWLEDGED = kinds.ACKNOWLEDGED
@@ -192,8 +193,8 @@ class RecordingJournal(Journal):
         self.runtime = runtime
         self.files = JournalFiles(folder, self.settings.maxfilesize, self.server)
         self.worker = runtime.worker("journal")
-        self._records: list[tuple[Any, ...]] = []
-        self._append = self._records.append  # the hooks' one step (the list is reused)
+        self._recorder = recorder(self.switch)
+        self._add = self._recorder.add  # the hooks' one step
         self._timer: Any = None
         self._sweep: CleanupRun | None = None
         half = self.settings.maxbacklog // 2
@@ -205,14 +206,14 @@ class RecordingJournal(Journal):
     # -- handing records to the writer -----------------------------------------------------
 
     def open(self) -> None:
-        self._append((kinds.SERVER_STARTED, _now(), self.server))
+        self._add(kinds.SERVER_STARTED, self.server)
         self._schedule()
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._append((kinds.SERVER_STOPPED, _now(), self.server))
+        self._add(kinds.SERVER_STOPPED, self.server)
         self.flush()
         files = self.files
         self.worker.submit(files.close, lambda _: None, self._close_failed)
@@ -225,21 +226,17 @@ class RecordingJournal(Journal):
         self._schedule()
 
     def flush(self) -> None:
-        if not self._records:
+        count = self._recorder.lines
+        if not count:
             return
-        records = self._records[:]
-        self._records.clear()
-        count = len(records)
+        data = self._recorder.take()
         self.backlog.add(count, 0)
+        files = self.files
         self.worker.submit(
-            lambda: self._write(records),
+            lambda: files.write(data),
             lambda written: self._written(count, written),
             lambda error: self._failed(count, error),
         )
-
-    def _write(self, records: list[tuple[Any, ...]]) -> int:
-        """On the worker: encode and append a batch; the bytes written."""
-        return self.files.write(encode(records, self.switch))
 
     def _written(self, count: int, nbytes: int) -> None:
         self.backlog.remove(count, 0)
@@ -260,45 +257,41 @@ class RecordingJournal(Journal):
             "records_written": self.written_records,
             "bytes_written": self.written_bytes,
             "records_lost": self.failed_records,
-            "records_waiting": self.backlog.gauge.messages + len(self._records),
+            "records_waiting": self.backlog.gauge.messages + self._recorder.lines,
         }
 
     # -- the hooks -------------------------------------------------------------------------
 
     def received(self, messages: Sequence[Message]) -> None:
-        self._append((_RECEIVED, _now(), messages))
+        self._add(_RECEIVED, messages)
 
     def refused(self, message: Message, reason: str) -> None:
-        self._append((kinds.REFUSED, _now(), (message,), reason))
+        self._add(kinds.REFUSED, (message,), reason)
 
     def discarded(self, messages: Sequence[Message], reason: str) -> None:
-        self._append((kinds.DISCARDED, _now(), messages, reason))
+        self._add(kinds.DISCARDED, messages, reason)
 
     def stored(self, messages: Sequence[Message]) -> None:
-        now = _now()
         kept = [m for m in messages if m.store_seq]  # not: topic messages no one keeps
         for store, group in _by_store(kept).items():
-            self._append((kinds.STORED, now, group, store))
+            self._add(kinds.STORED, group, store)
 
     def delivered(self, subscription: Subscription, message: Message) -> None:
-        self._append(
-            (_REDELIVERED if message.redelivered else _DELIVERED, _now(), subscription, message)
-        )
+        self._add(_REDELIVERED if message.redelivered else _DELIVERED, subscription, message)
 
     def acknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
-        self._append((_ACKNOWLEDGED, _now(), subscription, messages))
+        self._add(_ACKNOWLEDGED, subscription, messages)
 
     def acknowledgement(
         self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
     ) -> None:
         if nack:
-            self._append((kinds.NACKED, _now(), subscription, messages, requeue))
+            self._add(kinds.NACKED, subscription, messages, requeue)
         else:
-            self._append((kinds.ACKNOWLEDGED, _now(), subscription, messages))
+            self._add(kinds.ACKNOWLEDGED, subscription, messages)
 
     def unacknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
-        record = (kinds.UNACKNOWLEDGED, _now(), subscription, messages, TRANSACTION_FAILED)
-        self._append(record)
+        self._add(kinds.UNACKNOWLEDGED, subscription, messages, TRANSACTION_FAILED)
 
     def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
         if not messages:
@@ -309,32 +302,29 @@ class RecordingJournal(Journal):
             durable = subscription.durable_key is not None
             back = [m for m in messages if durable and m.store_seq]
             lost = [m for m in messages if not (durable and m.store_seq)]
-        now = _now()
         if back:
-            self._append((kinds.REQUEUED, now, subscription, back, SUBSCRIBER_LEFT))
+            self._add(kinds.REQUEUED, subscription, back, SUBSCRIBER_LEFT)
         if lost:
-            self._append((kinds.DISCARDED_FOR, now, subscription, lost, SUBSCRIBER_LEFT))
+            self._add(kinds.DISCARDED_FOR, subscription, lost, SUBSCRIBER_LEFT)
 
     def discarded_for(
         self, subscription: Subscription, messages: Sequence[Message], reason: str
     ) -> None:
-        self._append((kinds.DISCARDED_FOR, _now(), subscription, messages, reason))
+        self._add(kinds.DISCARDED_FOR, subscription, messages, reason)
 
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
-        durable = f"{key[0]}/{key[1]}"
-        self._append((kinds.SUBSCRIPTION_REMOVED, _now(), topic, durable))
+        self._add(kinds.SUBSCRIPTION_REMOVED, topic, f"{key[0]}/{key[1]}")
 
     def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
-        now = _now()
         store = VOLQUEUE if destination.startswith(QUEUE_PREFIX) else None
         run = self._sweep if store is not None else None
         run_id = run.run_id if run is not None else None
-        self._append((kinds.EXPIRED, now, messages, store, dmq, run_id))
+        self._add(kinds.EXPIRED, messages, store, dmq, run_id)
         if run is not None:
             run.removed += len(messages)
-            self._append((kinds.REMOVED, now, messages, store, run_id))
+            self._add(kinds.REMOVED, messages, store, run_id)
         if dmq is not None:
-            self._append((kinds.DEAD_LETTERED, now, messages, dmq, EXPIRED))
+            self._add(kinds.DEAD_LETTERED, messages, dmq, EXPIRED)
 
     def expired_stored(
         self,
@@ -343,7 +333,6 @@ class RecordingJournal(Journal):
         result: Committed,
         run: CleanupRun | None,
     ) -> None:
-        now = _now()
         run_id = run.run_id if run is not None else None
         by_position = dict(found)
         removed = set(result.removed)
@@ -358,38 +347,33 @@ class RecordingJournal(Journal):
         for dmq, item in gone:
             groups.setdefault((store_of(item[0][0]), dmq), []).append(item)
         for (store, dmq), items in groups.items():
-            self._append((kinds.EXPIRED_STORED, now, items, store, dmq, run_id))
+            self._add(kinds.EXPIRED_STORED, items, store, dmq, run_id)
             if run is not None:
-                self._append((kinds.REMOVED_STORED, now, items, store, run_id))
+                self._add(kinds.REMOVED_STORED, items, store, run_id)
             if dmq is not None:
-                self._append((kinds.DEAD_LETTERED_STORED, now, items, dmq, EXPIRED))
+                self._add(kinds.DEAD_LETTERED_STORED, items, dmq, EXPIRED)
         if run is not None:
             run.removed += len(gone)
 
     def cleanup_started(self, store: str, settings: StoreSettings) -> CleanupRun:
         run = self._new_run(store)
-        self._append(
-            (
-                kinds.CLEANUP_STARTED,
-                _now(),
-                store,
-                run.run_id,
-                round(settings.cleanupinterval * 1000),
-                round(settings.cleanuptransactiontime * 1000),
-                settings.cleanuptransactionsize,
-            )
+        self._add(
+            kinds.CLEANUP_STARTED,
+            store,
+            run.run_id,
+            round(settings.cleanupinterval * 1000),
+            round(settings.cleanuptransactiontime * 1000),
+            settings.cleanuptransactionsize,
         )
         return run
 
     def cleanup_ended(self, run: CleanupRun) -> None:
-        record = (kinds.CLEANUP_ENDED, _now(), run.store, run.run_id, run.scanned, run.removed)
-        self._append(record)
+        self._add(kinds.CLEANUP_ENDED, run.store, run.run_id, run.scanned, run.removed)
 
     @contextmanager
     def sweeping(self, store: str, interval: float) -> Iterator[CleanupRun]:
         run = self._new_run(store)
-        record = (kinds.CLEANUP_STARTED, _now(), store, run.run_id, round(interval * 1000))
-        self._append((*record, None, None))
+        self._add(kinds.CLEANUP_STARTED, store, run.run_id, round(interval * 1000), None, None)
         self._sweep = run
         try:
             yield run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -185,3 +186,25 @@ def test_a_record_of_the_wrong_shape_is_an_error_not_a_crash():
     with pytest.raises(IndexError):
         encode([(encoding.SERVER_STARTED, 1.0)], EVERYTHING)  # a slot missing
     assert encode([], EVERYTHING) == b""
+
+
+def test_a_recorder_writes_each_record_at_the_time_it_is_added_and_counts_its_lines():
+    msgs = [message(n, d) for n, d in enumerate(["/queue/a", "/queue/b", "/queue/a"])]
+    recorder = encoding.recorder(DestinationSwitch(True, frozenset({"/queue/a"})))
+    before = int(time.time() * 1000)
+    recorder.add(encoding.RECEIVED, msgs)
+    recorder.add(encoding.CLEANUP_ENDED, schema.VOLQUEUE, "r", 1, 1)
+    after = int(time.time() * 1000)
+    assert recorder.lines == 2, "the lines written, not those of destinations switched off"
+    with pytest.raises(AttributeError):
+        recorder.add(encoding.RECEIVED, [msgs[1], 42])  # fails half-way: nothing of it kept
+    assert recorder.lines == 2
+    written = lines(recorder.take())
+    assert [line.get("destination") for line in written] == ["/queue/b", None]
+    assert all(before <= line["ts"] <= after for line in written)
+    assert recorder.lines == 0 and recorder.take() == b""
+    recorder.add(encoding.RECEIVED, msgs[1:2])  # memos of the bytes taken do not apply
+    (again,) = lines(recorder.take())
+    assert {k: v for k, v in again.items() if k != "ts"} == {
+        k: v for k, v in written[0].items() if k != "ts"
+    }
