@@ -152,9 +152,16 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Traffic:
 
 def audit(spark: Any, capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
     """Run ``wiremq audit ...`` in this process on the shared session; (exit, JSON)."""
+    code, verdict, _ = audit_told(spark, capsys, *argv)
+    return code, verdict
+
+
+def audit_told(spark: Any, capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str]:
+    """``audit``, and what it said on stderr (its progress)."""
     capsys.readouterr()
     code = audits(_parser().parse_args(argv), spark)
-    return code, json.loads(capsys.readouterr().out)
+    said = capsys.readouterr()
+    return code, json.loads(said.out), said.err
 
 
 def test_the_conservation_audit_proves_every_messages_fate(spark, traffic, capsys):
@@ -190,19 +197,12 @@ def test_the_conservation_audit_proves_every_messages_fate(spark, traffic, capsy
 
 def test_the_cleanup_audit_finds_every_removal_due_and_in_time(spark, traffic, capsys):
     out = traffic.work / "cleanup"
-    code, verdict = audit(
-        spark,
-        capsys,
-        "audit",
-        "cleanup",
-        "--data",
-        str(traffic.data),
-        "--out",
-        str(out),
-        "--json",
-        "--quiet",
+    code, verdict, progress = audit_told(
+        spark, capsys, "audit", "cleanup", "--data", str(traffic.data), "--out", str(out), "--json"
     )
     assert code == 0, verdict
+    steps = [line for line in progress.splitlines() if line.startswith("[audit ")]
+    assert "reading the journal at" in steps[0] and "done in" in steps[-1], progress
     assert verdict["removals"] == 8
     assert verdict["premature_removals"] == [] and verdict["outlived"] == []
     stores = {(r["store"], r["destination"]): r["removals"] for r in verdict["lag_percentiles"]}
@@ -212,6 +212,11 @@ def test_the_cleanup_audit_finds_every_removal_due_and_in_time(spark, traffic, c
         ("persqueue", "/queue/dmq-src"): 2,
     }
     assert verdict["runs"] > 2 and verdict["overran_runs"] == []
+    for table in ("runs", "removals_per_run", "lag_percentiles", "premature_removals"):
+        assert (out / f"{table}.parquet").is_dir() and list((out / f"{table}.csv").glob("*.csv"))
+    report = (out / "report.html").read_text()
+    assert "Audit passed." in report and "Cleanup lag, persqueue" in report
+    assert "Removals per run" in report and report.count("<svg") >= 3
 
 
 @pytest.fixture(scope="module")
