@@ -16,9 +16,10 @@ $(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c modules/jo
 	touch $@
 
 # Install everything (dev tools included) and run the linters and the whole test suite.
-# The store tests start their own PostgreSQL cluster: Debian's server programs are installed
-# when missing. The Spark audits need Java 17 (PySpark runs Spark in a JVM), and their
-# report's test a headless Chromium: installed when missing, or a clear error.
+# The store tests start their own PostgreSQL cluster, the console's and stomp.js's tests drive
+# a headless Chromium (so does the audit report's), stomp.js runs in Node too: Debian's packages
+# are installed when missing. The Spark audits need Java 17 (PySpark runs Spark in a JVM):
+# installed when missing, or a clear error.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := flock /tmp/wiremq-apt.lock sh -c
 $(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c modules/journal/_encode.c
@@ -34,14 +35,24 @@ $(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c modules/jo
 runtime (openjdk-17-jre-headless) or set JAVA_HOME, then run make again" >&2; exit 1; }; \
 	fi
 	@java -version 2>&1 | head -1
-	@if ! command -v chromium >/dev/null; then \
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 		$(APT) '$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-			$(SUDO) apt-get install -y -qq chromium >/dev/null'; \
+			$(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null'; \
+	fi
+	@if ! command -v npm >/dev/null; then \
+		$(APT) '$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			$(SUDO) apt-get install -y -qq nodejs npm >/dev/null'; \
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.run-installed
+
+# The browser tests run the real stomp.js (npm, pinned by the lockfile) in Node and Chromium.
+BROWSER := tests/browser
+$(BROWSER)/node_modules/.installed: $(VENV)/.dev-installed $(BROWSER)/package.json $(BROWSER)/package-lock.json
+	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
@@ -50,5 +61,5 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy server modules config stores admin analytics
 
-test: lint typecheck
+test: lint typecheck $(BROWSER)/node_modules/.installed
 	$(BIN)/pytest -q

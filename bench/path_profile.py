@@ -14,11 +14,12 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py                      # queue, 1 consumer, ack auto
     .venv/bin/python bench/path_profile.py --topic --consumers 4
     .venv/bin/python bench/path_profile.py --ack client-individual
+    .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
     .venv/bin/python bench/path_profile.py --journal            # with the audit journal
 
-With ``--journal`` the server's audit journal is on, written to a temporary
-folder; its worker runs inline after each read, so its encoding and writing
-count in the path's CPU as they count in the server's.
+With ``--journal`` the server's audit journal is on, written to the bench's
+temporary data folder; its worker runs inline after each read, so its encoding
+and writing count in the path's CPU as they count in the server's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from wiremq.config.groups import EgressSettings
 from wiremq.config.parameters import REGISTRY
@@ -42,6 +42,7 @@ from wiremq.modules.connection import ClientConnection
 from wiremq.modules.core import Core
 from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
+from wiremq.modules.users import UsersFile
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 
@@ -96,26 +97,19 @@ class Runtime:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    def worker(self, name: str) -> InlineWorker:
-        if name != "journal":
+    def worker(self, name: str) -> Runtime:
+        if name not in ("login", "journal"):
             raise RuntimeError("no store in this bench")
-        return InlineWorker()
+        return self  # logins are checked at once, journal batches written at once
+
+    def submit(
+        self, call: Callable[[], object], done: Callable[[object], None], failed: object
+    ) -> None:
+        done(call())
 
     def run(self) -> None:
         while self.soon:
             self.soon.popleft()()
-
-
-class InlineWorker:
-    """The journal's worker, run at once (the bench flushes the journal after each read)."""
-
-    def submit(
-        self,
-        call: Callable[[], Any],
-        done: Callable[[Any], None],
-        failed: Callable[[Exception], None],
-    ) -> None:
-        done(call())
 
 
 class Reader:
@@ -151,13 +145,27 @@ class Writer:
 
 
 def build(
-    destination: str, consumers: int, ack: str, journal: Path | None
+    destination: str, consumers: int, ack: str, users: bool, journal: bool, data: str
 ) -> Callable[[int], None]:
+    """``users``: a users file, the clients log in as a user who may read, write and create
+    (not an admin: every permission is looked up); else none, and nothing is checked.
+    ``journal``: the audit journal on, in ``data``."""
+    login = b""
+    if users:
+        UsersFile(data).set("bench", "bench-pw", "viewer")
+        UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
+        login = b"login:bench\npasscode:bench-pw\n"
     settings = Settings(
-        REGISTRY, {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}
+        REGISTRY,
+        {
+            "StompListener.heartbeatsend": 0,
+            "StompListener.heartbeatreceive": 0,
+            "Server.datadir": data,
+        },
     )
     runtime = Runtime()
-    core = Core(settings, runtime, None, default_pipelines(), journal)  # type: ignore[arg-type]
+    folder = Path(data) / "journal" if journal else None
+    core = Core(settings, runtime, None, default_pipelines(), folder)  # type: ignore[arg-type]
     outbox = Outbox()
     limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
 
@@ -166,7 +174,10 @@ def build(
         writer = Writer(egress, acks)
         connection = core.connect(egress, name, Reader(), time.monotonic())
         writer.connection = connection
-        connection.data_received(b"CONNECT\naccept-version:1.2\n\n\0", time.monotonic())
+        connect = b"CONNECT\naccept-version:1.2\n" + login + b"\n\0"
+        connection.data_received(connect, time.monotonic())
+        runtime.run()
+        assert connection.session.version is not None and not connection.egress.close_requested
         outbox.flush()
         return connection
 
@@ -195,11 +206,13 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument("--users", action="store_true", help="a users file; clients log in")
     parser.add_argument("--journal", action="store_true", help="with the audit journal on")
     args = parser.parse_args()
     configure_logging("warning")
-    folder = Path(tempfile.mkdtemp(prefix="wiremq-path-journal-")) if args.journal else None
-    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack, folder)
+    data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+    destination = "/topic/t" if args.topic else "/queue/q"
+    run = build(destination, args.consumers, args.ack, args.users, args.journal, data)
     run(20)  # warm-up
     collect_less()  # as the server does
     messages = args.reads * READ
@@ -210,8 +223,9 @@ def main() -> None:
         best = min(best, time.process_time() - started)
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
+    who = ", clients logged in" if args.users else ""
     journal = ", journal on" if args.journal else ""
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{journal}:")
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}{journal}:")
     print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
     profile = cProfile.Profile()
     profile.runcall(run, args.reads)
@@ -231,8 +245,7 @@ def main() -> None:
         own = cumulative(*step) - sum(cumulative(*callee) for callee in callees)
         if own > 0:
             print(f"  {label:40} {own / whole * total:6.2f} us  ({own / whole:5.1%})")
-    if folder is not None:
-        shutil.rmtree(folder)
+    shutil.rmtree(data)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,8 @@ class ManagedServer:
             str(self.port),
             "--data",
             str(self.workdir / "data"),
+            "--admin-port",
+            "0",
             *(arg for setting in self.settings for arg in ("--set", setting)),
         ]
 

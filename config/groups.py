@@ -47,6 +47,41 @@ class ListenerSettings(SettingsGroup):
     maxheaders: int
     maxheaderlength: int
     closegrace: float
+    tlsport: int
+
+
+@dataclass(frozen=True, slots=True)
+class SecuritySettings(SettingsGroup):
+    """Security: logins, their throttling and the permission caches."""
+
+    allowanonymous: bool
+    loginfailuredelay: float
+    loginfailuremaxdelay: float
+    loginfailurememory: float
+    logincachesize: int
+    accesscachesize: int
+    usersfilecheckinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings(SettingsGroup):
+    """TLS: the certificate of every TLS listener and how clients' certificates are taken."""
+
+    certfile: str
+    keyfile: str
+    cafile: str
+    clientcertificates: str
+    minimumversion: str
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketSettings(SettingsGroup):
+    """WebSocketListener: STOMP over WebSocket."""
+
+    host: str
+    port: int
+    tlsport: int
+    allowedorigins: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,3 +274,17 @@ class JournalSettings(SettingsGroup):
     maxfilesize: int
     flushinterval: float
     maxbacklog: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings(SettingsGroup):
+    """Admin: the console's listener, logins, charts and requests."""
+
+    host: str
+    port: int
+    sessiontimeout: float
+    sampleinterval: float
+    history: float
+    chartdestinations: int
+    browsebytes: int
+    maxrequestbytes: int

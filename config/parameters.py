@@ -51,9 +51,21 @@ PARAMETERS = [
         "port",
         int,
         61613,
-        "TCP port of the STOMP listener (0 picks a free port)",
+        "TCP port of the STOMP listener (0 picks a free port; -1: none, for TLS only)",
         minimum=0,
         maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "StompListener",
+        "tlsport",
+        int,
+        -1,
+        "TCP port of the STOMP listener over TLS (0 picks a free port; -1: none); the "
+        "certificate is the TLS group's",
+        minimum=0,
+        maximum=65535,
+        off=-1,
     ),
     Parameter(
         "StompListener",
@@ -531,6 +543,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "DestinationManager",
@@ -542,6 +555,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.1,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "DestinationManager",
@@ -552,6 +566,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     Parameter(
         "VolQueueStoreImpl",
@@ -562,6 +577,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=86400.0,
+        live=True,
     ),
     # -- per-destination policy (defaults; <Destination name="..."> overrides) ----------------
     Parameter(
@@ -574,6 +590,7 @@ PARAMETERS += [
         unit="ms",
         minimum=0,
         maximum=10 * 365 * 86_400_000,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -582,6 +599,7 @@ PARAMETERS += [
         "discard",
         "What happens to an expired message: discarded, or moved to the dead message queue",
         choices=("discard", "deadmessagequeue"),
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -590,6 +608,7 @@ PARAMETERS += [
         "/queue/DMQ",
         "The queue expired messages are moved to (with headers original-destination and "
         "dead-reason)",
+        live=True,
     ),
 ]
 
@@ -658,6 +677,7 @@ PARAMETERS.append(
         unit="s",
         minimum=0.1,
         maximum=86400.0,
+        live=True,
     )
 )
 _add_watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
@@ -679,9 +699,11 @@ PARAMETERS += [
         int,
         1000,
         "A consumer's window in messages: delivered and not yet acknowledged (client "
-        "modes) or not yet written to its socket (auto mode); SUBSCRIBE may set its own",
+        "modes) or not yet written to its socket (auto mode); SUBSCRIBE may set its own "
+        "(a change applies to later subscriptions)",
         minimum=1,
         maximum=10_000_000,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -692,6 +714,7 @@ PARAMETERS += [
         unit="bytes",
         minimum=1,
         maximum=64 * 1024 * MIB,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -701,8 +724,10 @@ PARAMETERS += [
         "What a topic does about a subscriber that cannot keep up: block (messages wait in "
         "the topic live buffer, publishers stop at its watermarks), discard-oldest (its "
         "oldest non-persistent messages are dropped, with a discard indication), or "
-        "disconnect (it gets an ERROR and is disconnected)",
+        "disconnect (it gets an ERROR and is disconnected); a change applies to later "
+        "subscriptions",
         choices=("block", "discard-oldest", "disconnect"),
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -724,6 +749,7 @@ PARAMETERS += [
         minimum=0,
         maximum=1024 * MIB,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -735,6 +761,7 @@ PARAMETERS += [
         minimum=0,
         maximum=1 << 50,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
@@ -747,13 +774,16 @@ PARAMETERS += [
         minimum=0,
         maximum=1 << 40,
         off=-1,
+        live=True,
     ),
     Parameter(
         "Destination",
         "shutdown",
         bool,
         False,
-        "A shut-down destination refuses persistent messages",
+        "A shut-down destination refuses new messages (each SEND gets an ERROR naming its "
+        "receipt); its consumers still get what it holds",
+        live=True,
     ),
     Parameter(
         "MessageSpool",
@@ -851,6 +881,7 @@ PARAMETERS += [
         unit="s",
         minimum=0.05,
         maximum=3600.0,
+        live=True,
     ),
     Parameter(
         "SlowSubscriber",
@@ -955,7 +986,245 @@ PARAMETERS += [
     ),
 ]
 
+# -- the admin console and JSON API (HTTP) ----------------------------------------------------
+PARAMETERS += [
+    Parameter(
+        "Admin",
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the admin console and JSON API listen on; without a users file in the data "
+        "folder they listen on 127.0.0.1 only, whatever this says",
+    ),
+    Parameter(
+        "Admin",
+        "port",
+        int,
+        8161,
+        "TCP port of the admin console and JSON API (0: no console)",
+        minimum=0,
+        maximum=65535,
+    ),
+    Parameter(
+        "Admin",
+        "sessiontimeout",
+        float,
+        1800.0,
+        "A console login unused for this long must log in again",
+        unit="s",
+        minimum=10.0,
+        maximum=30 * 86400.0,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "sampleinterval",
+        float,
+        10.0,
+        "Time between two samples of the console's charts (message rates, depths, memory)",
+        unit="s",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "Admin",
+        "history",
+        float,
+        3600.0,
+        "How far back the console's charts go",
+        unit="s",
+        minimum=10.0,
+        maximum=7 * 86400.0,
+    ),
+    Parameter(
+        "Admin",
+        "chartdestinations",
+        int,
+        100,
+        "Destinations whose depth and rates are kept for the charts (those with the most "
+        "messages when each sample is taken)",
+        unit="destinations",
+        minimum=0,
+        maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
+        "browsebytes",
+        int,
+        256,
+        "Bytes of each message body shown when browsing a destination",
+        unit="bytes",
+        minimum=0,
+        maximum=MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "maxrequestbytes",
+        int,
+        64 * KIB,
+        "Largest request body the JSON API takes; a larger one gets 413",
+        unit="bytes",
+        minimum=1024,
+        maximum=64 * MIB,
+        live=True,
+    ),
+]
+
+# -- trust: logins, permissions, TLS and STOMP over WebSocket (docs/security.md) ---------
+PARAMETERS += [
+    Parameter(
+        "Security",
+        "allowanonymous",
+        bool,
+        False,
+        "Once a users file exists, accept connections without a login, with the permissions "
+        "of the groups anonymous and everyone (without a users file every connection is "
+        "anonymous and may do everything)",
+    ),
+    Parameter(
+        "Security",
+        "loginfailuredelay",
+        float,
+        1.0,
+        "How long a failed login waits for its ERROR; doubled for each further failure from "
+        "the same address, whose next login is not checked before it is answered",
+        unit="s",
+        minimum=0.0,
+        maximum=600.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "loginfailuremaxdelay",
+        float,
+        30.0,
+        "Longest delay of a failed login, however many failures the address has",
+        unit="s",
+        minimum=0.0,
+        maximum=3600.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "loginfailurememory",
+        float,
+        600.0,
+        "Failed logins from an address are forgotten this long after the last of them",
+        unit="s",
+        minimum=1.0,
+        maximum=7 * 86400.0,
+        live=True,
+    ),
+    Parameter(
+        "Security",
+        "logincachesize",
+        int,
+        1000,
+        "Successful logins remembered (a keyed hash of name and password, in memory only), so "
+        "that a client logging in again is not hashed with scrypt again (0: none)",
+        unit="logins",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Security",
+        "accesscachesize",
+        int,
+        1000,
+        "Destinations whose permissions one connection remembers; past it they are looked up again",
+        unit="destinations",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Security",
+        "usersfilecheckinterval",
+        float,
+        1.0,
+        "How often the server looks whether the users file changed; the permissions of "
+        "connected clients follow the change",
+        unit="s",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "TLS",
+        "certfile",
+        str,
+        "",
+        "PEM file holding the server's certificate, then any intermediate certificates "
+        "(needed by every TLS listener)",
+    ),
+    Parameter("TLS", "keyfile", str, "", "PEM file holding the private key of the certificate"),
+    Parameter(
+        "TLS",
+        "cafile",
+        str,
+        "",
+        "PEM file of the certificate authorities whose client certificates are accepted",
+    ),
+    Parameter(
+        "TLS",
+        "clientcertificates",
+        str,
+        "none",
+        "Whether TLS clients present a certificate signed by TLS.cafile: none (not asked), "
+        "optional (checked if sent) or required; a client's certificate stands in for its "
+        "login (the common name names the user)",
+        choices=("none", "optional", "required"),
+    ),
+    Parameter(
+        "TLS",
+        "minimumversion",
+        str,
+        "1.2",
+        "Oldest TLS version accepted",
+        choices=("1.2", "1.3"),
+    ),
+    Parameter(
+        "WebSocketListener",
+        "host",
+        str,
+        "127.0.0.1",
+        "Address the STOMP over WebSocket listeners bind",
+    ),
+    Parameter(
+        "WebSocketListener",
+        "port",
+        int,
+        -1,
+        "TCP port of STOMP over WebSocket, ws:// (0 picks a free port; -1: none)",
+        minimum=0,
+        maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "WebSocketListener",
+        "tlsport",
+        int,
+        -1,
+        "TCP port of STOMP over secure WebSocket, wss:// (0 picks a free port; -1: none)",
+        minimum=0,
+        maximum=65535,
+        off=-1,
+    ),
+    Parameter(
+        "WebSocketListener",
+        "allowedorigins",
+        str,
+        "",
+        "Web page origins (scheme://host[:port], separated by commas) allowed to connect; "
+        "empty: any. Browsers send the page's origin; other clients send none and may connect",
+    ),
+]
+
 RELATIONS += [
+    Order(
+        "Security.loginfailuredelay",
+        "Security.loginfailuremaxdelay",
+        "a failed login's first delay is not above its longest",
+    ),
     Order(
         "MessageSpool.usageclearpercent",
         "MessageSpool.usagesetpercent",

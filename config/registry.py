@@ -165,11 +165,20 @@ class Registry:
         values were given (0 for a default), so that the error blames the
         parameter of the two given last: the one that broke the rule.
         """
+        for problem in self.problems(value, given):
+            raise problem
+
+    def problems(
+        self, value: Callable[[Parameter], Value], given: Callable[[Parameter], int]
+    ) -> list[RelationError]:
+        """Every ``Order`` the values break, each blaming one parameter (as ``check``)."""
+        found = []
         for relation, low, high in self._relations:
             if not _holds(relation, low, high, value(low), value(high)):
                 blamed, other = (low, high) if given(low) > given(high) else (high, low)
                 problem = _problem(relation, blamed, value(blamed), other, value(other))
-                raise RelationError(blamed, problem)
+                found.append(RelationError(blamed, problem))
+        return found
 
     def __iter__(self) -> Iterator[Parameter]:
         return iter(self._by_key.values())

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from wiremq.config.registry import Parameter, Registry, Value
+from wiremq.config.registry import Parameter, Registry, RelationError, Value
 
 DESTINATION_GROUP = "Destination"
 
@@ -24,6 +24,7 @@ class Settings:
         self._given: dict[str, int] = {}  # when each value not left at its default was given
         self._sets = itertools.count(1)
         self.destinations: dict[str, dict[str, Value]] = {}
+        self._listeners: list[Callable[[frozenset[str]], None]] = []
         for key, value in (values or {}).items():
             self.set(key, value)
         self.check_relations()
@@ -67,6 +68,13 @@ class Settings:
         blaming the parameter of the two given last."""
         self.registry.check(lambda p: self._values[p.key], lambda p: self._given.get(p.key, 0))
 
+    def relation_problems(self) -> list[RelationError]:
+        """Every rule between two parameters the values break (``check_relations`` raises
+        the first)."""
+        return self.registry.problems(
+            lambda p: self._values[p.key], lambda p: self._given.get(p.key, 0)
+        )
+
     def set_for_destination(self, destination: str, name: str, value: Value) -> None:
         """Override a ``Destination`` parameter for one destination; the value is checked."""
         param = self._param(DESTINATION_GROUP, name)
@@ -82,3 +90,66 @@ class Settings:
 
     def items(self) -> list[tuple[str, Value]]:
         return list(self._values.items())
+
+    def param(self, key: str) -> Parameter:
+        """The parameter ``Group.name`` names (any spelling the registry knows)."""
+        group, _, name = key.partition(".")
+        return self._param(group, name)
+
+    # -- changes while the server runs -----------------------------------------------------
+
+    def on_change(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """Call ``listener(groups)`` after every ``change``, with the groups it changed;
+        returns a function that stops it. The pieces that keep typed settings objects read
+        them again there: that is how a change reaches the running server."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def change(
+        self,
+        values: Mapping[str, Value],
+        destinations: Mapping[str, Mapping[str, Value | None]] | None = None,
+    ) -> None:
+        """Change values in force: each is checked alone, then all together against the
+        rules between parameters; if any fails, none is changed (the ``ValueError`` says
+        why). Then the listeners are told.
+
+        ``destinations`` changes single destinations' overrides of the ``Destination``
+        group (None removes an override).
+        """
+        saved = (dict(self._values), dict(self._given), _copy(self.destinations))
+        groups: set[str] = set()
+        try:
+            for key, value in values.items():
+                self.set(key, value)
+                groups.add(self.param(key).group)
+            for destination, overrides in (destinations or {}).items():
+                for name, value in overrides.items():
+                    if value is None:
+                        self.destinations.get(destination, {}).pop(
+                            self._param(DESTINATION_GROUP, name).name, None
+                        )
+                    else:
+                        self.set_for_destination(destination, name, value)
+                    groups.add(DESTINATION_GROUP)
+            self.check_relations()
+        except (ValueError, KeyError):
+            self._values, self._given, self.destinations = saved
+            raise
+        self.destinations = {d: o for d, o in self.destinations.items() if o}
+        changed = frozenset(groups)
+        for listener in list(self._listeners):
+            listener(changed)
+
+    def copy(self) -> Settings:
+        """The same values, without the listeners: to try changes on."""
+        twin = Settings(self.registry)
+        twin._values = dict(self._values)
+        twin._given = dict(self._given)
+        twin._sets = itertools.count(next(self._sets))
+        twin.destinations = _copy(self.destinations)
+        return twin
+
+
+def _copy(destinations: dict[str, dict[str, Value]]) -> dict[str, dict[str, Value]]:
+    return {name: dict(overrides) for name, overrides in destinations.items()}

@@ -10,13 +10,15 @@ out of range is refused with the file, line, parameter and what is allowed.
 
 from __future__ import annotations
 
+import os
+import re
 import xml.parsers.expat
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from wiremq.config.parameters import REGISTRY
-from wiremq.config.registry import Registry, RelationError, Value
+from wiremq.config.registry import Parameter, Registry, Value
 from wiremq.config.settings import DESTINATION_GROUP, Settings
 
 ROOT = "wiremq"
@@ -51,6 +53,7 @@ class ServerConfig:
     settings: Settings
     pipelines: dict[str, list[ModuleSpec]] = field(default_factory=dict)
     path: str | None = None
+    command_line: frozenset[str] = frozenset()  # parameters the command line gave
 
 
 @dataclass
@@ -58,16 +61,17 @@ class _Element:
     tag: str
     attrs: dict[str, str]
     line: int
+    offset: int  # of its start tag's "<", in bytes of the UTF-8 text
     children: list[_Element] = field(default_factory=list)
 
 
-def _parse_xml(text: str, source: str) -> _Element:
+def _parse_xml(text: str | bytes, source: str) -> _Element:
     parser = xml.parsers.expat.ParserCreate()
     stack: list[_Element] = []
     roots: list[_Element] = []
 
     def start(tag: str, attrs: dict[str, str]) -> None:
-        element = _Element(tag, attrs, parser.CurrentLineNumber)
+        element = _Element(tag, attrs, parser.CurrentLineNumber, parser.CurrentByteIndex)
         (stack[-1].children if stack else roots).append(element)
         stack.append(element)
 
@@ -96,80 +100,121 @@ def load_config(
     """Read config.xml (or only defaults when ``path`` is None), then apply overrides.
 
     ``overrides`` maps ``Group.name`` to text, as given on the command line.
+    The first problem found is raised as a ``ConfigError``.
     """
-    settings = Settings(registry)
-    given: dict[str, str] = {}  # where each parameter was given
-    pipelines = default_pipelines()
-    source = str(path) if path is not None else "defaults"
-    if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(source, f"cannot read the file ({error.strerror})") from None
-        root = _parse_xml(text, source)
-        if root.tag != ROOT:
-            raise ConfigError(f"{source}:{root.line}", f"the root element must be <{ROOT}>")
-        seen_pipelines: set[str] = set()
-        for element in root.children:
-            where = f"{source}:{element.line}"
-            if element.tag == "Pipeline":
-                domain, modules = _read_pipeline(element, where, source)
-                if domain in seen_pipelines:
-                    raise ConfigError(where, f"the {domain} pipeline is listed twice")
-                seen_pipelines.add(domain)
-                pipelines[domain] = modules
-            else:
-                _read_group(element, where, settings, registry, given)
-    for key, text in (overrides or {}).items():
-        group, _, name = key.partition(".")
-        param = registry.get(group, name)
-        if param is None:
-            raise ConfigError("command line", "unknown parameter", key)
-        try:
-            settings.set(param.key, param.parse(text))
-        except ValueError as error:
-            raise ConfigError("command line", str(error), param.key) from None
-        given[param.key] = "command line"
+    return _Reader(registry, collect=False).read(path, overrides or {})
+
+
+def check_config(path: str | Path, registry: Registry = REGISTRY) -> list[ConfigError]:
+    """Every problem of a config.xml (``wiremq config check``), in the order found: a
+    file that is not well-formed stops at its first, the rest go on past each problem."""
+    reader = _Reader(registry, collect=True)
     try:
-        settings.check_relations()
-    except RelationError as error:
-        raise ConfigError(given[error.parameter.key], str(error), error.parameter.key) from None
-    return ServerConfig(settings, pipelines, str(path) if path is not None else None)
+        reader.read(path, {})
+    except ConfigError as error:  # the file itself cannot be read on
+        reader.problems.append(error)
+    return reader.problems
 
 
-def _read_group(
-    element: _Element, where: str, settings: Settings, registry: Registry, given: dict[str, str]
-) -> None:
-    group = registry.group(element.tag)
-    if group is None:
-        raise ConfigError(
-            where,
-            f"unknown parameter group <{element.tag}>; known groups: "
-            + ", ".join(sorted(registry.groups()) + ["Pipeline"]),
+class _Reader:
+    """Reads a config.xml into ``ServerConfig``; each problem is raised, or, when
+    ``collect``, recorded in ``problems`` and the reading goes on."""
+
+    def __init__(self, registry: Registry, collect: bool) -> None:
+        self.registry = registry
+        self.collect = collect
+        self.problems: list[ConfigError] = []
+        self.given: dict[str, str] = {}  # where each parameter was given
+
+    def fail(self, error: ConfigError) -> None:
+        if not self.collect:
+            raise error
+        self.problems.append(error)
+
+    def read(self, path: str | Path | None, overrides: dict[str, str]) -> ServerConfig:
+        registry = self.registry
+        settings = Settings(registry)
+        pipelines = default_pipelines()
+        source = str(path) if path is not None else "defaults"
+        if path is not None:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as error:
+                raise ConfigError(source, f"cannot read the file ({error.strerror})") from None
+            root = _parse_xml(text, source)
+            if root.tag != ROOT:
+                raise ConfigError(f"{source}:{root.line}", f"the root element must be <{ROOT}>")
+            seen_pipelines: set[str] = set()
+            for element in root.children:
+                where = f"{source}:{element.line}"
+                try:
+                    if element.tag == "Pipeline":
+                        domain, modules = _read_pipeline(element, where, source)
+                        if domain in seen_pipelines:
+                            raise ConfigError(where, f"the {domain} pipeline is listed twice")
+                        seen_pipelines.add(domain)
+                        pipelines[domain] = modules
+                    else:
+                        self._read_group(element, where, settings)
+                except ConfigError as error:
+                    self.fail(error)
+        for key, text in overrides.items():
+            group, _, name = key.partition(".")
+            param = registry.get(group, name)
+            if param is None:
+                self.fail(ConfigError("command line", "unknown parameter", key))
+                continue
+            try:
+                settings.set(param.key, param.parse(text))
+            except ValueError as error:
+                self.fail(ConfigError("command line", str(error), param.key))
+                continue
+            self.given[param.key] = "command line"
+        for problem in settings.relation_problems():
+            key = problem.parameter.key
+            self.fail(ConfigError(self.given[key], str(problem), key))
+        given_here = frozenset(k for k, where in self.given.items() if where == "command line")
+        return ServerConfig(
+            settings, pipelines, str(path) if path is not None else None, given_here
         )
-    if element.children:
-        raise ConfigError(where, f"<{group}> takes its parameters as attributes, not elements")
-    attrs = dict(element.attrs)
-    destination = attrs.pop("name", None) if group == DESTINATION_GROUP else None
-    if destination is not None and not destination.startswith(("/queue/", "/topic/")):
-        raise ConfigError(
-            where, f"<Destination name={destination!r}>: not /queue/NAME or /topic/NAME"
-        )
-    for name, text in attrs.items():
-        param = registry.get(group, name)
-        if param is None:
+
+    def _read_group(self, element: _Element, where: str, settings: Settings) -> None:
+        registry = self.registry
+        group = registry.group(element.tag)
+        if group is None:
             raise ConfigError(
-                where, "unknown parameter; " + registry.suggest(group, name), f"{group}.{name}"
+                where,
+                f"unknown parameter group <{element.tag}>; known groups: "
+                + ", ".join(sorted(registry.groups()) + ["Pipeline"]),
             )
-        try:
-            value = param.parse(text)
-            if destination is None:
-                settings.set(param.key, value)
-                given[param.key] = where
-            else:
-                settings.set_for_destination(destination, param.name, value)
-        except ValueError as error:
-            raise ConfigError(where, str(error), param.key) from None
+        if element.children:
+            raise ConfigError(where, f"<{group}> takes its parameters as attributes, not elements")
+        attrs = dict(element.attrs)
+        destination = attrs.pop("name", None) if group == DESTINATION_GROUP else None
+        if destination is not None and not destination.startswith(("/queue/", "/topic/")):
+            raise ConfigError(
+                where, f"<Destination name={destination!r}>: not /queue/NAME or /topic/NAME"
+            )
+        for name, text in attrs.items():
+            param = registry.get(group, name)
+            if param is None:
+                self.fail(
+                    ConfigError(
+                        where,
+                        "unknown parameter; " + registry.suggest(group, name),
+                        f"{group}.{name}",
+                    )
+                )
+                continue
+            try:
+                value = param.parse(text)
+                if destination is None:
+                    settings.set(param.key, value)
+                    self.given[param.key] = where
+                else:
+                    settings.set_for_destination(destination, param.name, value)
+            except ValueError as error:
+                self.fail(ConfigError(where, f"{error}", param.key))
 
 
 def _read_pipeline(element: _Element, where: str, source: str) -> tuple[str, list[ModuleSpec]]:
@@ -221,3 +266,161 @@ def _text(value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+# -- writing changed values back ------------------------------------------------------------
+
+BACKUP_SUFFIX = ".bak"
+_ATTRIBUTE = re.compile(rb"""\s+([^\s=/>]+)\s*=\s*("[^"]*"|'[^']*')""")
+_EMPTY = f'<?xml version="1.0" encoding="utf-8"?>\n<{ROOT}>\n</{ROOT}>\n'
+
+
+@dataclass(frozen=True, slots=True)
+class _Tag:
+    """A top-level element's start tag in the file: its group, destination and byte span,
+    and each attribute's name with the span of its value (quotes included)."""
+
+    group: str
+    destination: str | None
+    start: int
+    end: int  # just past the tag's closing ``>`` (or ``/>``)
+    attributes: tuple[tuple[str, int, int], ...]
+
+
+def save_values(
+    path: str | Path,
+    values: dict[str, Value],
+    destinations: dict[str, dict[str, Value | None]] | None = None,
+    registry: Registry = REGISTRY,
+) -> None:
+    """Write values into config.xml, changing only what they name.
+
+    Everything else in the file stays as it was: comments, layout, the order of
+    elements and attributes. A parameter already given has its value replaced
+    where it is given (the last element of its group that gives it, the one
+    that wins); another is added to the last element of its group, or in a new
+    element at the end. ``destinations`` sets (or, with None, removes) single
+    destinations' ``<Destination name=...>`` overrides. The previous file is kept
+    beside it (``config.xml.bak``); the new one replaces it at once, and only if
+    it reads back without a problem.
+    """
+    target = Path(path)
+    try:
+        original = target.read_bytes()
+    except FileNotFoundError:
+        original = b""
+    data = original or _EMPTY.encode()
+    edits: list[tuple[int, int, bytes]] = []  # (start, end, replacement)
+    added: dict[tuple[str, str | None], list[bytes]] = {}  # attributes of new elements
+    tags = _top_level_tags(data, str(target), registry)
+    changes: list[tuple[str, str | None, Parameter, Value | None]] = []
+    for key, value in values.items():
+        param = registry.get(*key.split(".", 1))
+        if param is None:
+            raise KeyError(f"unknown parameter {key}")
+        changes.append((param.group, None, param, value))
+    for destination, overrides in (destinations or {}).items():
+        for name, value in overrides.items():
+            param = registry.get(DESTINATION_GROUP, name)
+            if param is None:
+                raise KeyError(f"unknown parameter {DESTINATION_GROUP}.{name}")
+            changes.append((DESTINATION_GROUP, destination, param, value))
+    for group, where, param, value in changes:
+        edit = _edit(data, tags, group, where, param, value)
+        if edit is not None:
+            edits.append(edit)
+        elif value is not None:
+            added.setdefault((group, where), []).append(
+                f" {param.name}=".encode() + quoteattr(_text(value)).encode()
+            )
+    if added:
+        edits.append(_new_elements(data, added))
+    text = data
+    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        text = text[:start] + replacement + text[end:]
+    temporary = target.with_name(f".{target.name}.new")
+    temporary.write_bytes(text)
+    try:
+        load_config(temporary, registry=registry)
+    except ConfigError as error:
+        temporary.unlink()
+        raise ConfigError(
+            str(target), f"the changed file would not load: {error.problem}"
+        ) from None
+    if original:
+        target.with_name(target.name + BACKUP_SUFFIX).write_bytes(original)
+    os.replace(temporary, target)
+
+
+def _top_level_tags(data: bytes, source: str, registry: Registry) -> list[_Tag]:
+    """The start tags of the root's children that name a parameter group (found by expat,
+    so comments and CDATA never fool it), with their attributes' exact byte spans."""
+    tags = []
+    for element in _parse_xml(data, source).children:
+        group = registry.group(element.tag)
+        if group is not None:
+            end, attributes = _scan_tag(data, element.offset)
+            destination = element.attrs.get("name") if group == DESTINATION_GROUP else None
+            tags.append(_Tag(group, destination, element.offset, end, attributes))
+    return tags
+
+
+def _scan_tag(data: bytes, begin: int) -> tuple[int, tuple[tuple[str, int, int], ...]]:
+    """The end of the start tag at ``begin`` and its attributes' value spans."""
+    name_end = begin + 1
+    while name_end < len(data) and data[name_end : name_end + 1] not in b" \t\r\n/>":
+        name_end += 1
+    position = name_end
+    attributes = []
+    while True:
+        found = _ATTRIBUTE.match(data, position)
+        if found is None:
+            break
+        attributes.append((found.group(1).decode(), found.start(2), found.end(2)))
+        position = found.end()
+    close = data.index(b">", position)
+    return close + 1, tuple(attributes)
+
+
+def _edit(
+    data: bytes,
+    tags: list[_Tag],
+    group: str,
+    destination: str | None,
+    param: Parameter,
+    value: Value | None,
+) -> tuple[int, int, bytes] | None:
+    """The one edit that makes the file give ``value`` for ``param`` (None: not give it),
+    or None if no element of its group (and destination) is there to hold it."""
+    spellings = {param.name.lower(), *(a.lower() for a in param.aliases)}
+    mine = [t for t in tags if t.group == group and t.destination == destination]
+    quoted = quoteattr(_text(value)).encode() if value is not None else b""
+    for tag in reversed(mine):
+        for name, start, end in tag.attributes:
+            if name.lower() in spellings:
+                if value is None:  # the attribute goes, with the space before it
+                    before = data.rindex(name.encode(), tag.start, start)
+                    while data[before - 1 : before].isspace():
+                        before -= 1
+                    return before, end, b""
+                return start, end, quoted
+    if value is None or not mine:
+        return None
+    tag = mine[-1]
+    close = tag.end - (2 if data[tag.end - 2 : tag.end] == b"/>" else 1)
+    return close, close, f" {param.name}=".encode() + quoted
+
+
+def _new_elements(
+    data: bytes, added: dict[tuple[str, str | None], list[bytes]]
+) -> tuple[int, int, bytes]:
+    """New elements holding ``added``, on lines of their own before the root's end tag."""
+    text = b""
+    for (group, destination), attributes in added.items():
+        named = f" name={quoteattr(destination)}" if destination is not None else ""
+        text += f"  <{group}{named}".encode() + b"".join(attributes) + b"/>\n"
+    root_end = data.rindex(f"</{ROOT}".encode())
+    line_start = data.rfind(b"\n", 0, root_end) + 1
+    if data[line_start:root_end].strip():  # the end tag shares its line: start a new one
+        return root_end, root_end, b"\n" + text
+    return line_start, line_start, text

@@ -53,7 +53,12 @@ def resolve(spec: ModuleSpec) -> type[PipelineModule]:
 def build_chain(
     domain: str, specs: list[ModuleSpec], context: Callable[[], ModuleContext]
 ) -> Chain:
-    """Instantiate the listed modules in order, checking the order rules.
+    """Instantiate the listed modules in order (``check_chain`` says they may be)."""
+    return Chain(domain, [cls(context()) for cls in check_chain(domain, specs)])
+
+
+def check_chain(domain: str, specs: list[ModuleSpec]) -> list[type[PipelineModule]]:
+    """The classes of the listed modules, checked against the order rules.
 
     Admission, storage and distributing are required: admission first (every
     module after it sees only admitted messages), storage before distributing.
@@ -76,4 +81,4 @@ def build_chain(
         StorageModule
     ):
         raise ConfigError(where, f"in the {domain} pipeline, 'transaction' must precede 'storage'")
-    return Chain(domain, [cls(context()) for cls in classes])
+    return classes

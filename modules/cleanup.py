@@ -37,9 +37,18 @@ class Periodic:
         self.interval = interval
         self.action = action
         self._timer: Timer | None = None
+        self._due = 0.0
 
     def start(self) -> None:
-        self._timer = self.runtime.call_later(self.interval(), self._run)
+        delay = self.interval()
+        self._due = self.runtime.monotonic() + delay
+        self._timer = self.runtime.call_later(delay, self._run)
+
+    def interval_changed(self) -> None:
+        """The interval may have changed: a shorter one applies to the wait under way."""
+        if self._timer is not None and self._due - self.runtime.monotonic() > self.interval():
+            self._timer.cancel()
+            self.start()
 
     def _run(self) -> None:
         try:
@@ -83,6 +92,7 @@ class StoreCleanup:
         self._stopped = True
         self._run_started = 0.0
         self._journaled: CleanupRun | None = None  # the run in progress
+        self._next_run_due: float | None = None  # while waiting for the next run
 
     def _current(self) -> StoreSettings:
         """The group's values now (they may change while the server runs)."""
@@ -105,10 +115,20 @@ class StoreCleanup:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._next_run_due = None
         if not self._stopped:
             self._timer = self.runtime.call_later(delay, self._run if not new_run else self._begin)
+            if new_run:
+                self._next_run_due = self.runtime.monotonic() + delay
+
+    def interval_changed(self) -> None:
+        """``cleanupinterval`` may have changed: a shorter one applies to the wait under way."""
+        due, interval = self._next_run_due, self._current().cleanupinterval
+        if due is not None and due - self.runtime.monotonic() > interval:
+            self._schedule(interval, new_run=True)
 
     def _begin(self) -> None:
+        self._next_run_due = None
         self._run_started = self.runtime.monotonic()
         self._journaled = self.journal.cleanup_started(self.name, self._current())
         self._run()
@@ -169,6 +189,7 @@ class CatchUp:
         self.persistence = persistence
         self._timer: Timer | None = None
         self._stopped = True
+        self._due = 0.0
 
     def start(self) -> None:
         self._stopped = False
@@ -183,7 +204,15 @@ class CatchUp:
     def _schedule(self) -> None:
         if not self._stopped:
             interval = WalSettings.read(self.settings, "WriteAheadLog").catchupinterval
+            self._due = self.runtime.monotonic() + interval
             self._timer = self.runtime.call_later(interval, self._run)
+
+    def interval_changed(self) -> None:
+        """``catchupinterval`` may have changed: a shorter one applies to the wait under way."""
+        interval = WalSettings.read(self.settings, "WriteAheadLog").catchupinterval
+        if self._timer is not None and self._due - self.runtime.monotonic() > interval:
+            self._timer.cancel()
+            self._schedule()
 
     def _run(self) -> None:
         self._timer = None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import structlog
 
 from wiremq.config.groups import ClientBounds
+from wiremq.modules.authentication import Authenticator
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.egress import Egress
@@ -27,6 +28,7 @@ from wiremq.modules.flow.egress_queues import Policy
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.message import Message
+from wiremq.modules.permissions import CREATE, READ, Access
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch, Pipelines
 from wiremq.modules.runtime import Runtime
@@ -92,6 +94,7 @@ class ConnectionServices:
     unfinished: UnfinishedFrames
     bounds: ClientBounds
     journal: Journal
+    authenticator: Authenticator
 
 
 class ClientConnection:
@@ -104,7 +107,10 @@ class ClientConnection:
         peer: str,
         reader: ReadControl,
         now: float,
+        certificate: Callable[[], str | None] | None = None,
     ) -> None:
+        """``certificate``: the user name the client's verified TLS certificate gives, asked
+        when its CONNECT is read (None: not a TLS connection)."""
         self.services = services
         self.egress = egress
         egress.throttle = self
@@ -117,6 +123,13 @@ class ClientConnection:
         )
         self.stops: set[object] = set()  # why reading is stopped (watermarks); empty = reading
         self.client_id = ""
+        self.opened_at = now
+        self.certificate = certificate
+        self.user: str | None = None  # the login, once CONNECTED
+        # What the user may do (None: anything, there are no users); checked on SEND by
+        # the admission module, on SUBSCRIBE and durable subscriptions here.
+        self.access: Access | None = None
+        self.on_connected: Callable[[], None] | None = None  # the socket side's: heart-beats
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[str, Subscription] = {}  # by the number in 1.2 ack values
         self._numbers = 0
@@ -146,7 +159,8 @@ class ClientConnection:
         """Act on requests in order. SUBSCRIBE and UNSUBSCRIBE change where messages go, so
         each waits until what came before it is done (the messages sent before it are
         where they were going), and what comes after waits for it to be done (a durable
-        subscription stored): the rest is held, and the socket not read, meanwhile."""
+        subscription stored; for CONNECT, its login checked): the rest is held, and the
+        socket not read, meanwhile."""
         new_message = self.services.ids.message
         for index, event in enumerate(events):
             if type(event) is Send:
@@ -334,17 +348,37 @@ class ClientConnection:
     # -- requests ------------------------------------------------------------------------
 
     def _connect(self, event: Connect) -> None:
+        """Check the login (maybe on a worker, maybe after a failure's delay); what the
+        client sent after CONNECT waits for it (``_ORDERED``)."""
         self._connect_deadline.cancel()
         self._check_room()
         self.client_id = event.headers.get("client-id", "")
-        log.info(
-            "client.connected",
-            session=self.session.session_id,
-            peer=self.peer,
-            login=event.headers.get("login"),
-            client_id=self.client_id or None,
+        self.inflight += 1
+        certificate = self.certificate() if self.certificate is not None else None
+        self.services.authenticator.login(
+            event.headers, self.address, certificate, self._logged_in, self._login_refused
         )
-        self.egress.push(self.session.send(Connected()))
+
+    def _logged_in(self, access: Access | None, user: str | None) -> None:
+        self.access = access
+        self.user = user
+        if not self.session.closed:
+            log.info(
+                "client.connected",
+                session=self.session.session_id,
+                peer=self.peer,
+                login=user,
+                client_id=self.client_id or None,
+            )
+            self.egress.push(self.session.send(Connected()))
+            self.session.last_received = self.services.runtime.monotonic()  # not silent yet
+            if self.on_connected is not None:
+                self.on_connected()
+        self._done(None)
+
+    def _login_refused(self, refusal: Refused) -> None:
+        self.fail(refusal)
+        self._done(None)
 
     def _check_room(self) -> None:
         """Refuse a client over the limits on connections, in all and from its address."""
@@ -381,6 +415,8 @@ class ClientConnection:
             raise Refused(
                 "too many subscriptions", f"a connection may hold {limit} subscriptions at once"
             )
+        if self.access is not None:
+            self._check_subscribe(self.access, event)
         target = self.services.destinations.resolve(event.destination)
         durable_key = self._durable_key(event, target)
         policy = target.policy
@@ -430,6 +466,20 @@ class ClientConnection:
 
         self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
 
+    def _check_subscribe(self, access: Access, event: Subscribe) -> None:
+        """A SUBSCRIBE needs read, and create for a destination that does not exist yet
+        and for a durable subscription."""
+        destination = event.destination
+        access.check(READ, destination)
+        creates = self.services.destinations.get(destination) is None
+        if creates or _durable_name(event.headers, event.sub_id) is not None:
+            access.check(CREATE, destination)
+
+    def may_read(self, destination: str) -> bool:
+        """Whether this client may see messages of ``destination``: asked for each
+        destination a wildcard subscription matches."""
+        return self.access is None or self.access.allows(READ, destination)
+
     def _policy_changed(self, subscription: Subscription, added: int) -> None:
         """A client whose subscriptions all discard-oldest lets its egress queues discard;
         any other keeps every message (BLOCK): one policy per client, as in a client profile.
@@ -474,9 +524,14 @@ class ClientConnection:
             raise ProtocolError("unknown subscription", f"no subscription with id {event.sub_id!r}")
         key = (self.client_id, name or event.sub_id)
         if subscription is not None:
-            self.detach(subscription)
             key = subscription.durable_key or key
         persistence = self.services.persistence
+        if name is not None and persistence is not None and self.access is not None:
+            topic = persistence.durables.get(key)
+            if topic is not None:  # removing a durable subscription needs create
+                self.access.check(CREATE, topic)
+        if subscription is not None:
+            self.detach(subscription)
         if name is None or persistence is None:
             self._receipt(event)
             return
@@ -654,6 +709,9 @@ class ClientConnection:
             "session": self.session.session_id,
             "peer": self.peer,
             "client_id": self.client_id or None,
+            "user": self.user,
+            "connected": self.session.version is not None,
+            "uptime": round(self.services.runtime.monotonic() - self.opened_at, 3),
             "reading": not self.stops,
             "stopped_by": sorted(str(reason) for reason in self.stops),
             "subscriptions": [s.state() for s in self.subscriptions.values()],
@@ -664,7 +722,7 @@ class ClientConnection:
 
 # Requests that take effect only once the client's earlier ones are done, and before its
 # later ones (see ClientConnection._act); and the reason its socket is not read meanwhile.
-_ORDERED = frozenset({Subscribe, Unsubscribe})
+_ORDERED = frozenset({Connect, Subscribe, Unsubscribe})
 _ORDERING = "waiting for earlier requests"
 
 # What each request does (SENDs to a queue or topic go down the pipelines in batches).

@@ -9,13 +9,15 @@ them all.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
-from wiremq.config.groups import ClientBounds, ListenerSettings, SpoolSettings
+from wiremq.config.groups import ClientBounds, ListenerSettings, ServerSettings, SpoolSettings
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
+from wiremq.modules.authentication import Authenticator
 from wiremq.modules.catalog import build_chain
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
 from wiremq.modules.destination import DestinationServices
@@ -30,12 +32,14 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.journal.recorder import Journal, RecordingJournal
 from wiremq.modules.journal.schema import SERVER_STOPPED
 from wiremq.modules.message import Message
+from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.stomp.session import SessionSettings
 from wiremq.modules.subscription import UnackedLimit
 from wiremq.modules.transaction import TransactionManager
+from wiremq.modules.users import Users, UsersFile
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
 
@@ -99,6 +103,8 @@ class Core:
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
             )
         self.clients: set[ClientConnection] = set()
+        self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
+        self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
         self.connection_services = ConnectionServices(
             SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
             runtime,
@@ -112,7 +118,23 @@ class Core:
             UnfinishedFrames(bounds.maxunfinishedbytes),
             bounds,
             self.journal,
+            self.authenticator,
         )
+
+        self.operations = Operations(
+            self.destinations, self.clients, self.persistence, self.pipelines.submit
+        )
+        settings.on_change(self._settings_changed)
+
+    def _settings_changed(self, groups: frozenset[str]) -> None:
+        """Parameters changed while the server runs: each piece that keeps typed settings
+        reads them again (watermarks are judged again at once), and the store watermarks
+        switched on meanwhile get the store's counts."""
+        self.flow.configure()
+        self.destinations.configure()
+        self.replays.configure(self.settings)
+        if self.store is not None:
+            self.spool.store_changed([d.name for d in self.destinations])
 
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""
@@ -154,10 +176,15 @@ class Core:
         self.journal.close()
 
     def connect(
-        self, egress: Egress, peer: str, reader: ReadControl, now: float
+        self,
+        egress: Egress,
+        peer: str,
+        reader: ReadControl,
+        now: float,
+        certificate: Callable[[], str | None] | None = None,
     ) -> ClientConnection:
-        """A new client connection."""
-        return ClientConnection(self.connection_services, egress, peer, reader, now)
+        """A new client connection (``certificate``: see ``ClientConnection``)."""
+        return ClientConnection(self.connection_services, egress, peer, reader, now, certificate)
 
     def flow_state(self) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view."""
@@ -174,4 +201,11 @@ class Core:
             "spool": self.spool.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
             "journal": self.journal.statistics(),
+            "transactions": self.transactions.state(),
+            "totals": {
+                **self.destinations.totals(),
+                "connections": len(self.clients),
+                "queues": len(self.destinations.queues),
+                "topics": len(self.destinations.topics),
+            },
         }

@@ -91,10 +91,9 @@ class Destination(ABC):
         self.own: list[Watermark] = []  # its own watermarks, whether they stop or not
         self.last_dispatch = services.runtime.monotonic()
         self.removed = False  # taken out of the registry: a new one of its name may exist
+        self.delivered_before = 0  # deliveries to consumers that have gone
 
-    def own_watermark(
-        self, kind: str, group: str, prefix: str = "", stops: bool = True
-    ) -> Watermark | None:
+    def own_watermark(self, kind: str, group: str, prefix: str, stops: bool) -> Watermark | None:
         """A per-destination watermark of ``group``, if its parameters switch one on;
         ``stops`` says whether its trips stop this destination's producers."""
         limits = WatermarkLimits.read(self.services.settings, group, prefix)
@@ -106,6 +105,43 @@ class Destination(ABC):
         if stops:
             self.gates.append(watermark)
         return watermark
+
+    # Its own watermarks: (attribute, kind, group, prefix); whether one stops producers is
+    # ``_stops(kind)``.
+    OWN_WATERMARKS: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
+
+    def _make_own_watermarks(self) -> None:
+        for attribute, kind, group, prefix in self.OWN_WATERMARKS:
+            setattr(self, attribute, self.own_watermark(kind, group, prefix, self._stops(kind)))
+
+    def _stops(self, kind: str) -> bool:
+        """Whether trips of its own ``kind`` watermark stop its producers (a full store does
+        not when it refuses persistent SENDs instead: ``whenfull=fail``)."""
+        return kind not in STORE_WATERMARKS or not self.fail_when_full
+
+    def held(self, kind: str) -> tuple[int, int]:
+        """Messages and bytes it holds now where its ``kind`` watermark counts (a store's
+        counts come from the store, through the spool, after this)."""
+        return 0, 0
+
+    def configure(self) -> None:
+        """Parameters changed while the server runs: its policy and its own watermarks
+        follow. A watermark switched on starts from what it holds now (and may stop its
+        producers at once); one changed or switched off is judged again."""
+        settings = self.services.settings
+        self.policy = DestinationPolicy.for_destination(settings, self.name)
+        if self.policy.shutdown:  # its producers' next SENDs are refused (admission)
+            for producer in list(self.producers):
+                self.remove_producer(producer)
+        for attribute, kind, group, prefix in self.OWN_WATERMARKS:
+            watermark: Watermark | None = getattr(self, attribute)
+            if watermark is not None:
+                watermark.configure(WatermarkLimits.read(settings, group, prefix))
+                continue
+            watermark = self.own_watermark(kind, group, prefix, self._stops(kind))
+            if watermark is not None:
+                setattr(self, attribute, watermark)
+                watermark.add(*self.held(kind))
 
     def add_producer(self, producer: Producer) -> None:
         """A client sends here: it is stopped at once if a watermark is tripped."""
@@ -169,9 +205,48 @@ class Destination(ABC):
         """Messages a consumer NACKed: delivered again if ``requeue``, else dropped as if
         acknowledged; what the store must change for it."""
 
+    def _consumer_gone(self, subscription: Subscription) -> None:
+        """Keep the deliveries of a consumer that unsubscribed in the destination's count."""
+        self.delivered_before += subscription.delivered
+
+    @property
+    @abstractmethod
+    def received(self) -> int:
+        """Messages that came to it (from the counters the message path keeps anyway)."""
+
+    @property
+    def delivered(self) -> int:
+        """Deliveries to its consumers, those gone included (a redelivery counts again)."""
+        return self.delivered_before + sum(s.delivered for s in self.consumers)
+
+    def stored(self) -> tuple[int, int]:
+        """Messages and bytes the store holds for it (delivered, unacknowledged included)."""
+        persistence = self.services.persistence
+        return persistence.store.count(self.name) if persistence is not None else (0, 0)
+
+    def _state(self, kind: str, messages: int, nbytes: int) -> dict[str, object]:
+        """What every destination's state tells: ``messages``/``bytes`` is its depth
+        (waiting and delivered but not yet acknowledged, stored or not)."""
+        stored_messages, stored_bytes = self.stored()
+        return {
+            "name": self.name,
+            "kind": kind,
+            "messages": messages,
+            "bytes": nbytes,
+            "stored_messages": stored_messages,
+            "stored_bytes": stored_bytes,
+            "received": self.received,
+            "delivered": self.delivered,
+            "producers": len(self.producers),
+            "spool_quota": self.policy.spoolquota,
+            "shutdown": self.policy.shutdown,
+            "watermarks": [g.state() for g in self.gates],
+        }
+
     @abstractmethod
     def state(self) -> dict[str, object]:
-        """Flow-control state, for the admin view."""
+        """Flow-control state and counts, for the admin view."""
 
 
 NOTHING = StoreTransaction()
+STORE_WATERMARKS = ("PersQueueStore", "TopicStore")

@@ -29,6 +29,8 @@ class Destinations:
         self.services = services
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
+        self.retired_received = 0  # messages of destinations removed since
+        self.retired_delivered = 0
         services.flow.on_gate_added(self._gate_added)
 
     def get(self, name: str) -> Destination | None:
@@ -72,6 +74,31 @@ class Destinations:
         """Producers a full store stops: those of destinations that block when full
         (a ``whenfull=fail`` destination refuses its persistent SENDs instead)."""
         return {p for d in self.of_domain(domain) if not d.fail_when_full for p in d.producers}
+
+    def retire(self, destination: Destination) -> None:
+        """Take a destination out of the registry; its counts stay in the totals."""
+        registry: dict[str, Queue] | dict[str, Topic] = (
+            self.queues if isinstance(destination, Queue) else self.topics
+        )
+        name = destination.name
+        if id(registry.get(name)) != id(destination):
+            return  # already gone (a new one of its name may be there)
+        del registry[name]
+        self.retired_received += destination.received
+        self.retired_delivered += destination.delivered
+        destination.remove()
+
+    def totals(self) -> dict[str, int]:
+        """Messages received and delivered since the server started, all destinations."""
+        return {
+            "received": self.retired_received + sum(d.received for d in self),
+            "delivered": self.retired_delivered + sum(d.delivered for d in self),
+        }
+
+    def configure(self) -> None:
+        """Parameters changed while the server runs: every destination reads them again."""
+        for destination in self:
+            destination.configure()
 
     def _gate_added(self, domain: str, watermark: Watermark) -> None:
         for destination in self.of_domain(domain):
@@ -120,13 +147,10 @@ class Destinations:
             self.services.settings, "DestinationManager"
         ).idletimetolive
         removed = 0
-        registry: dict[str, Queue] | dict[str, Topic]
-        for registry in (self.queues, self.topics):
-            for name, destination in list(registry.items()):
-                if now - destination.last_dispatch >= idle_for and destination.unused():
-                    del registry[name]
-                    destination.remove()
-                    removed += 1
+        for destination in self:
+            if now - destination.last_dispatch >= idle_for and destination.unused():
+                self.retire(destination)
+                removed += 1
         if removed:
             log.info("destinations.removed", count=removed)
 

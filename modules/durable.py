@@ -61,6 +61,10 @@ class ReplayManager:
         self._positions: dict[Subscription, int] = {}  # replay position per subscriber
         self._pending: dict[Subscription, deque[Message]] = {}  # read, not yet handed over
 
+    def configure(self, settings: Settings) -> None:
+        """The replay parameters may have changed: the next replay steps use them."""
+        self.settings = ReplaySettings.read(settings, "TopicFileStore")
+
     def attach(self, persistence: Persistence, expiry: Expiry) -> None:
         """Replay from this store; expired messages met go to ``expiry``."""
         self.persistence = persistence

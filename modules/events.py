@@ -26,6 +26,7 @@ class EventStream:
 
     def __init__(self, keep: int) -> None:
         self.recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.total = 0  # events seen: the n-th has number n
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def keep(self, count: int) -> None:
@@ -35,9 +36,19 @@ class EventStream:
     def __call__(self, logger: object, method_name: str, event: Event) -> Event:
         record = dict(event)
         self.recent.append(record)
+        self.total += 1
         for listener in self._listeners:
             listener(record)
         return event
+
+    def since(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """The recent events numbered after ``after`` (the oldest first, at most ``limit``),
+        each with its number; those no longer kept are skipped."""
+        first = self.total - len(self.recent) + 1  # the number of recent[0]
+        start = max(0, after + 1 - first)
+        return [
+            (first + i, self.recent[i]) for i in range(start, min(len(self.recent), start + limit))
+        ]
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Call ``listener`` with every later event; returns a function that stops it."""

@@ -12,12 +12,13 @@ order they reached the queue; within one mode, always in order.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import structlog
 
 from wiremq.config.groups import QueueStoreSettings
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
+from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P
 from wiremq.modules.subscription import Subscription
@@ -29,6 +30,10 @@ log = structlog.get_logger("wiremq.queue")
 
 class Queue(Destination):
     domain = P2P
+    OWN_WATERMARKS = (
+        ("own_volatile", "VolQueueStore", "VolQueueStoreImpl", ""),
+        ("store_watermark", "PersQueueStore", "PersQueueFileStore", ""),
+    )
 
     def __init__(self, name: str, services: DestinationServices) -> None:
         super().__init__(name, services)
@@ -45,15 +50,26 @@ class Queue(Destination):
         # by consumers, or acknowledged and on their way out of the store).
         self.given_back: set[int] = set()
         self.given_back_upto = 0
+        # Stored messages an operator took out of the backlog (deleted, moved) whose removal
+        # a read may not see yet: its reads skip them.
+        self.withheld: set[int] = set()
         self.reading_backlog = False
         self._arrivals = 0
+        self._read_back = 0  # arrivals that were stored messages read back, not new ones
         # In round-robin order: each consumer offered a message moves to the end.
         self.consumers: OrderedDict[Subscription, None] = OrderedDict()
         self.volatile = services.flow.volatile
-        self.own_volatile = self.own_watermark("VolQueueStore", "VolQueueStoreImpl")
-        self.store_watermark = self.own_watermark(
-            "PersQueueStore", "PersQueueFileStore", stops=not self.fail_when_full
-        )
+        self.own_volatile: Watermark | None = None
+        self._make_own_watermarks()
+
+    def configure(self) -> None:
+        super().configure()
+        self.reading = QueueStoreSettings.read(self.services.settings, "PersQueueFileStore")
+
+    def held(self, kind: str) -> tuple[int, int]:
+        if kind == "VolQueueStore":
+            return len(self.fifo), self.fifo.bytes
+        return super().held(kind)
 
     # -- arrival ---------------------------------------------------------------------------
 
@@ -179,6 +195,7 @@ class Queue(Destination):
         """What the consumer held goes back to the front: every unacknowledged message in
         a client mode, what was never written to it in auto mode (the rest is taken)."""
         del self.consumers[subscription]
+        self._consumer_gone(subscription)
         if subscription.unacked is None:
             held = sorted(unwritten, key=lambda m: m.arrival)
         else:
@@ -236,27 +253,35 @@ class Queue(Destination):
 
     def _backlog_read(self, batch: Batch) -> None:
         self.reading_backlog = False
-        for seq, stored in self._not_handed_out(batch.messages):
+        kept = self._not_handed_out(batch.messages)
+        for seq, stored in kept:
             message = Message.from_stored(stored, seq)
             self._arrivals += 1
             message.arrival = self._arrivals
             self._cache_append(message)
+        self._read_back += len(kept)
         expired = self._not_handed_out(batch.expired)
         if expired and self.reading.expiryonread:
-            self.services.expiry.expired_stored(expired)
+            name = self.name
+            self.services.expiry.expired_stored([((name, seq), m) for seq, m in expired])
         if batch.last_seq >= self.given_back_upto:
             self.given_back.clear()  # read past them all (any not met left the store)
         # A message committed and left in the store while the read ran may be after what
         # the read saw: the backlog ends only once a read has seen every one left.
         at_end = batch.at_end and self.left_upto <= batch.last_seq
         self.backlog_after = None if at_end else batch.last_seq
+        if self.withheld:
+            self.withheld = set() if at_end else {s for s in self.withheld if s > batch.last_seq}
         self.dispatch()
 
     def _not_handed_out(
         self, read: list[tuple[int, StoredMessage]]
     ) -> list[tuple[int, StoredMessage]]:
         """What a backlog read found, less the stored messages this queue handed out before
-        it gave its live buffer back (they are still in the store until acknowledged)."""
+        it gave its live buffer back (they are still in the store until acknowledged), and
+        those an operator took."""
+        if self.withheld:
+            read = [(seq, m) for seq, m in read if seq not in self.withheld]
         given_back = self.given_back
         if not given_back:
             return read
@@ -332,16 +357,77 @@ class Queue(Destination):
         self._cache_count(-self.cache_bytes)
         self.cache.clear()
 
+    @property
+    def received(self) -> int:
+        return self._arrivals - self._read_back
+
+    # -- operator actions (the console) ----------------------------------------------------
+
+    def waiting(self) -> list[Message]:
+        """The messages waiting in memory, in the order they are delivered."""
+        return sorted([*self.fifo, *self.cache], key=lambda m: m.arrival)
+
+    def take_waiting(self, wanted: Callable[[Message], bool]) -> list[Message]:
+        """Take the messages waiting in memory that are ``wanted`` out of the queue (those
+        delivered and not yet acknowledged are not waiting); stored ones stay in the store
+        for the caller to remove."""
+        volatile = self.fifo.remove_if(wanted)
+        if volatile:
+            self._volatile_delta[0] -= len(volatile)
+            self._volatile_delta[1] -= sum(m.size for m in volatile)
+            self._count_volatile()
+        cached = [m for m in self.cache if wanted(m)]
+        if cached:
+            kept = [m for m in self.cache if not wanted(m)]
+            self._clear_cache()
+            for message in kept:
+                self._cache_append(message)
+        return volatile + cached
+
+    def backlog_start(self) -> int | None:
+        """Where the stored messages not in memory begin (after this position), or None if
+        every waiting message is in memory."""
+        return self.backlog_after
+
+    def waiting_stored(
+        self, read: list[tuple[int, StoredMessage]]
+    ) -> list[tuple[int, StoredMessage]]:
+        """Of what a read of the store after ``backlog_start`` found, the messages that wait
+        here (not those delivered, and not acknowledged, nor taken by an operator)."""
+        upto, given_back, withheld = self.given_back_upto, self.given_back, self.withheld
+        return [
+            (seq, m)
+            for seq, m in read
+            if (not given_back or seq > upto or seq in given_back) and seq not in withheld
+        ]
+
+    def withhold(self, positions: list[int]) -> None:
+        """Stored messages an operator takes out of the backlog: no read hands them out,
+        even one that ran before their removal was committed."""
+        self.withheld.update(positions)
+
+    def backlog_purged(self, upto: int) -> None:
+        """Every stored message waiting up to ``upto`` was removed: unless messages were
+        left in the store after it meanwhile, there is no backlog any more."""
+        if self.left_upto <= upto and not self.reading_backlog and self.backlog_after is not None:
+            self.backlog_after = None
+            self.given_back.clear()
+            self.withheld.clear()
+
     def state(self) -> dict[str, object]:
+        held = [m for s in self.consumers if s.unacked for m in s.unacked.values()]
+        held_volatile = [m for m in held if not m.store_seq]
+        stored_messages, stored_bytes = self.stored()
+        messages = len(self.fifo) + len(held_volatile) + stored_messages
+        nbytes = self.fifo.bytes + sum(m.size for m in held_volatile) + stored_bytes
         return {
-            "name": self.name,
+            **self._state("queue", messages, nbytes),
+            "unacked": len(held),
             "consumers": len(self.consumers),
             "ready_consumers": sum(1 for c in self.consumers if c.ready),
-            "producers": len(self.producers),
             "volatile_messages": len(self.fifo),
             "volatile_bytes": self.fifo.bytes,
             "live_buffer_messages": len(self.cache),
             "live_buffer_bytes": self.cache_bytes,
             "backlog_in_store": self.backlog_after is not None,
-            "watermarks": [g.state() for g in self.gates],
         }

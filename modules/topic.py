@@ -13,6 +13,7 @@ from collections import deque
 import structlog
 
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
+from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.journal.schema import NO_SUBSCRIBERS, SLOW_SUBSCRIBER, SUBSCRIBER_LEFT
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import PUBSUB
@@ -36,6 +37,10 @@ class Topic(Destination):
     """
 
     domain = PUBSUB
+    OWN_WATERMARKS = (
+        ("own_live", "TopicLiveBuffer", "DestinationManager", "topic"),
+        ("store_watermark", "TopicStore", "TopicFileStore", ""),
+    )
 
     def __init__(self, name: str, services: DestinationServices) -> None:
         super().__init__(name, services)
@@ -43,10 +48,14 @@ class Topic(Destination):
         self.first = 0  # index of buffer[0] in the topic's message sequence
         self.unwritten_dropped = 0  # messages dropped from subscribers that went away
         self.live = services.flow.live
-        self.own_live = self.own_watermark("TopicLiveBuffer", "DestinationManager", "topic")
-        self.store_watermark = self.own_watermark(
-            "TopicStore", "TopicFileStore", stops=not self.fail_when_full
-        )
+        self.own_live: Watermark | None = None
+        self._make_own_watermarks()
+
+    def held(self, kind: str) -> tuple[int, int]:
+        if kind == "TopicLiveBuffer":
+            waiting = [m for m in self.buffer if m is not None]
+            return len(waiting), sum(m.size for m in waiting)
+        return super().held(kind)
 
     def enqueue(self, message: Message) -> None:
         """Deliver at once when every subscriber can take the message; else buffer it
@@ -183,6 +192,7 @@ class Topic(Destination):
         it comes back; the other messages never written to it are dropped, counted and
         logged."""
         del self.consumers[subscription]
+        self._consumer_gone(subscription)
         unacked = subscription.take_unacked()
         journal = self.services.journal
         journal.ended(subscription, unacked or unwritten)
@@ -255,15 +265,25 @@ class Topic(Destination):
         subscription.redeliver([message.redelivery() for message in messages])
         return NOTHING
 
+    @property
+    def received(self) -> int:
+        return self.first + len(self.buffer)
+
     def state(self) -> dict[str, object]:
+        waiting, waiting_bytes = self.held("TopicLiveBuffer")
         return {
-            "name": self.name,
+            **self._state("topic", waiting, waiting_bytes),
             "subscribers": len(self.consumers),
+            "consumers": len(self.consumers),
             "ready_subscribers": sum(1 for c in self.consumers if c.ready),
-            "producers": len(self.producers),
-            "live_buffer_messages": sum(1 for m in self.buffer if m is not None),
-            "live_buffer_bytes": sum(m.size for m in self.buffer if m is not None),
+            "live_buffer_messages": waiting,
+            "live_buffer_bytes": waiting_bytes,
+            "durable_subscriptions": self.durable_count(),
             "policy": self.policy.slowsubscriberpolicy,
             "unwritten_dropped": self.unwritten_dropped,
-            "watermarks": [g.state() for g in self.gates],
         }
+
+    def durable_count(self) -> int:
+        """Durable subscriptions of this topic (connected or not)."""
+        persistence = self.services.persistence
+        return persistence.durable_topics[self.name] if persistence is not None else 0

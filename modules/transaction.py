@@ -138,6 +138,16 @@ class TransactionManager:
         for transaction in self._open.pop(owner, {}).values():
             self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
 
+    def state(self) -> dict[str, int]:
+        """Open transactions and what they hold, for the admin view."""
+        transactions = [t for mine in self._open.values() for t in mine.values()]
+        return {
+            "open": len(transactions),
+            "messages": sum(len(t.messages) for t in transactions),
+            "bytes": sum(m.size for t in transactions for m in t.messages),
+            "acks": sum(len(t.acks) for t in transactions),
+        }
+
     def resume(self, domain: str, batch: Batch) -> None:
         """Committed messages continue down their pipeline after its transaction module."""
         self.modules[domain].downstream.handle(batch)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 import structlog
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
@@ -14,13 +15,17 @@ from twisted.internet.interfaces import IListeningPort
 
 from wiremq.config.groups import (
     CleanupIntervalSettings,
+    ClientBounds,
     EgressSettings,
     IdleDestinationSettings,
     JournalSettings,
     ListenerSettings,
     LiveBufferSettings,
+    SecuritySettings,
     ServerSettings,
     SlowSubscriberSettings,
+    TlsSettings,
+    WebSocketSettings,
 )
 from wiremq.config.xmlconfig import ServerConfig
 from wiremq.modules.cleanup import CatchUp, Periodic, StoreCleanup
@@ -30,9 +35,12 @@ from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
 from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.stores import open_store
+from wiremq.server.tls import TlsContextFactory
+from wiremq.server.websocket import WebSocketFactory
 from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
@@ -56,24 +64,47 @@ class WiremqServer:
         self.outbox = Outbox()
         self.runtime = TwistedRuntime(reactor, self.outbox)
         self.connections: set[StompProtocol] = set()
-        self.listening: IListeningPort | None = None
+        self.listening: dict[str, IListeningPort] = {}  # by scheme: stomp, stomp+ssl, ws, wss
+        self.listeners: list[IListeningPort] = []  # others (the console): closed at stop
         self.store: MessageStore | None = None
         self.core: Core | None = None
-        self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []
+        self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []  # periodic tasks
         self.server = ServerSettings.read(settings, "Server")
         self.listener = ListenerSettings.read(settings, "StompListener")
+        self.bounds = ClientBounds.read(settings, "StompListener")
+        self.websocket = WebSocketSettings.read(settings, "WebSocketListener")
         self.slow_subscribers = SlowSubscriberSettings.read(settings, "SlowSubscriber")
         egress = EgressSettings.read(settings, "ClientEgress")
         self.egress_limits = queue_limits(egress)
         self.transmit_bound = egress.tcptransmitbytes
+        self.started_at = time.time()
+        self.process = psutil.Process()
+        settings.on_change(self._settings_changed)
+
+    def _settings_changed(self, groups: frozenset[str]) -> None:
+        """Parameters changed while the server runs (the core follows on its own): the log
+        level, and the periodic tasks' intervals."""
+        if "Server" in groups:
+            server = self.server = ServerSettings.read(self.settings, "Server")
+            configure_logging(server.loglevel, server.logformat)
+        for cleanup in self.cleanups:
+            cleanup.interval_changed()
 
     @property
     def port(self) -> int:
-        assert self.listening is not None
-        return int(cast(IPv4Address, self.listening.getHost()).port)
+        """The plain STOMP port."""
+        return self.ports["stomp"]
 
-    def start(self) -> int:
-        """Open the store, restore what it holds, start listening; returns the bound port."""
+    @property
+    def ports(self) -> dict[str, int]:
+        """The port of each listener, by scheme (stomp, stomp+ssl, ws, wss)."""
+        return {
+            scheme: int(cast(IPv4Address, listening.getHost()).port)
+            for scheme, listening in self.listening.items()
+        }
+
+    def start(self) -> dict[str, int]:
+        """Open the store, restore what it holds, start listening; returns the bound ports."""
         data = Path(self.server.datadir)
         data.mkdir(parents=True, exist_ok=True)
         self.store = open_store(self.settings)
@@ -87,24 +118,56 @@ class WiremqServer:
                 journal if JournalSettings.read(self.settings, "Journal").enabled else None,
             )
             self.core.restore()
-            self.listening = self.reactor.listenTCP(
-                self.listener.port, StompFactory(self), interface=self.listener.host
-            )
+            self._listen()
         except BaseException:
+            for listening in self.listening.values():
+                listening.stopListening()
+            self.listening = {}
             self.runtime.stop_threads()
             self.store.close()
             self.store = None
             raise
         self._start_cleanups(self.core)
         self.core.journal.open()
+        users = self.core.users
         log.info(
             "server.listening",
             host=self.listener.host,
-            port=self.port,
+            ports=self.ports,
             data=str(data.resolve()),
             config=self.config.path or "defaults",
+            users=len(users) if users.configured else None,
         )
-        return self.port
+        if not users.configured:
+            log.warning(
+                "security.open",
+                detail=f"no users file ({users.file.path}): every client may do everything",
+            )
+        return self.ports
+
+    def _listen(self) -> None:
+        """Open the listeners that are on: STOMP over TCP and TLS, STOMP over WebSocket
+        (ws:// and wss://); every TLS listener has the TLS group's certificate."""
+        listener, websocket = self.listener, self.websocket
+        tls: TlsContextFactory | None = None
+        if listener.tlsport != -1 or websocket.tlsport != -1:
+            tls = TlsContextFactory(
+                TlsSettings.read(self.settings, "TLS"), self.config.path or "configuration"
+            )
+        stomp = StompFactory(self)
+        web = WebSocketFactory(self, lambda: StompProtocol(self))
+        for scheme, port, factory, host, secure in (
+            ("stomp", listener.port, stomp, listener.host, False),
+            ("stomp+ssl", listener.tlsport, stomp, listener.host, True),
+            ("ws", websocket.port, web, websocket.host, False),
+            ("wss", websocket.tlsport, web, websocket.host, True),
+        ):
+            if port == -1:
+                continue
+            if secure:
+                self.listening[scheme] = self.reactor.listenSSL(port, factory, tls, interface=host)
+            else:
+                self.listening[scheme] = self.reactor.listenTCP(port, factory, interface=host)
 
     def _start_cleanups(self, core: Core) -> None:
         settings, runtime = self.settings, self.runtime
@@ -112,7 +175,7 @@ class WiremqServer:
         persistence = core.persistence
         assert persistence is not None
 
-        self.cleanups = [
+        tasks: list[StoreCleanup | Periodic | CatchUp] = [
             CatchUp(runtime, settings, persistence),
             StoreCleanup(
                 PERSQUEUE,
@@ -159,11 +222,24 @@ class WiremqServer:
                 lambda: SlowSubscriberSettings.read(settings, "SlowSubscriber").checkinterval,
                 self.check_slow_subscribers,
             ),
+            Periodic(
+                runtime,
+                lambda: SecuritySettings.read(settings, "Security").usersfilecheckinterval,
+                core.authenticator.refresh,
+            ),
         ]
         if self.server.packinterval > 0:
-            self.cleanups.append(Periodic(runtime, lambda: self.server.packinterval, self.pack))
-        for cleanup in self.cleanups:
-            cleanup.start()
+            tasks.append(Periodic(runtime, lambda: self.server.packinterval, self.pack))
+        for task in tasks + self.cleanups:
+            task.start()
+        self.cleanups = tasks + self.cleanups
+
+    def add_task(self, task: Periodic) -> None:
+        """A periodic task that runs while the server does (the console's sampler): started
+        with the server (now, if it runs) and stopped with it."""
+        self.cleanups.append(task)
+        if self.core is not None:
+            task.start()
 
     def pack(self) -> None:
         """Pack the store on a worker of its own: commits go on meanwhile."""
@@ -219,6 +295,13 @@ class WiremqServer:
             }
             for c in connections
         ]
+        state["memory"] = {"rss_bytes": self.process.memory_info().rss}
+        state["server"] = {
+            "started_at": self.started_at,
+            "uptime": round(time.time() - self.started_at, 3),
+            "stomp_port": self.port,
+            "config": self.config.path,
+        }
         return state
 
     @defer.inlineCallbacks
@@ -233,9 +316,10 @@ class WiremqServer:
             # A client that does not read would keep its unsent frames, and us, forever.
             self.reactor.callLater(self.listener.closegrace, abort_if_open, transport)
         log.info("server.stopping", connections=len(waits))
-        if self.listening is not None:
-            waits.append(defer.maybeDeferred(self.listening.stopListening))
-            self.listening = None
+        for listening in [*self.listening.values(), *self.listeners]:
+            waits.append(defer.maybeDeferred(listening.stopListening))
+        self.listening = {}
+        self.listeners = []
         yield defer.DeferredList(waits)
         for cleanup in self.cleanups:
             cleanup.stop()

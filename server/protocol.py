@@ -14,7 +14,8 @@ from twisted.python.failure import Failure
 
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.slowness import Verdict
-from wiremq.server.writer import SocketWriter
+from wiremq.server.tls import certificate_name
+from wiremq.server.writer import SocketWriter, socket_of
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -31,11 +32,14 @@ class StompProtocol(Protocol):
         self.on_lost: Deferred[None] | None = None  # fired by connectionLost (server shutdown)
 
     def connectionMade(self) -> None:
+        """``self.transport`` is the socket's, or a TLS or WebSocket one over it: frames are
+        written to it; the socket itself is tuned, paused and bounded."""
         server = self.server
-        transport = cast(tcp.Server, self.transport)
-        transport.setTcpNoDelay(True)
-        transport.setTcpKeepAlive(True)  # a peer gone without a word is noticed
-        peer = cast(IPv4Address, transport.getPeer())
+        transport = self.transport
+        sock = socket_of(transport)
+        sock.setTcpNoDelay(True)
+        sock.setTcpKeepAlive(True)  # a peer gone without a word is noticed
+        peer = cast(IPv4Address, sock.getPeer())
         self.egress = Egress(server.outbox, server.egress_limits)
         self.writer = SocketWriter(
             transport,
@@ -46,23 +50,28 @@ class StompProtocol(Protocol):
             server.slow_subscribers.window,
         )
         self.client = server.core.connect(
-            self.egress, f"{peer.host}:{peer.port}", TransportReader(transport), server.clock()
+            self.egress,
+            f"{peer.host}:{peer.port}",
+            TransportReader(sock),
+            server.clock(),
+            lambda: certificate_name(transport),
         )
+        self.client.on_connected = self._connected
         self.slow_verdict = Verdict.OK
         server.connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
         client = self.client
         runtime = self.server.runtime
-        connected = client.session.version is not None
         runtime.reading = True
         try:
             client.data_received(data, self.server.clock())
         finally:
             runtime.after_read()
-        if not connected and client.session.version is not None:
-            self._schedule_heartbeat(client.tick(self.server.clock()))
-            self.server.outbox.flush()
+
+    def _connected(self) -> None:
+        """CONNECTED is on its way: heart-beats start."""
+        self._schedule_heartbeat(self.client.tick(self.server.clock()))
 
     def _schedule_heartbeat(self, deadline: float | None) -> None:
         if deadline is not None:
@@ -81,7 +90,7 @@ class StompProtocol(Protocol):
             log.exception(
                 "heartbeat.failed", session=self.client.session.session_id, error=str(error)
             )
-            cast(tcp.Server, self.transport).abortConnection()
+            self.transport.abortConnection()  # type: ignore[union-attr]
             return
         self._schedule_heartbeat(deadline)
         self.server.outbox.flush()
@@ -100,7 +109,7 @@ class StompProtocol(Protocol):
 class TransportReader:
     """Stops and restarts reading a connection's socket: the producer side of flow control."""
 
-    def __init__(self, transport: tcp.Server) -> None:
+    def __init__(self, transport: tcp.Connection) -> None:
         self.transport = transport
 
     def pause(self) -> None:

@@ -12,6 +12,7 @@ sees them. A MESSAGE written after discards carries ``discarded:<count>``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.tcp import Connection
@@ -21,16 +22,25 @@ from wiremq.modules.egress import Egress
 from wiremq.modules.flow.slowness import SlownessMeter
 
 
-def abort_if_open(transport: Connection) -> None:
-    if transport.connected:
-        transport.abortConnection()
+def socket_of(transport: Any) -> Connection:
+    """The socket's own transport under ``transport`` (itself, or under TLS or WebSocket)."""
+    while not isinstance(transport, Connection):
+        transport = transport.transport
+    return transport
+
+
+def abort_if_open(transport: Any) -> None:
+    """Cut a connection (given by its transport or one over it) that is still open."""
+    sock = socket_of(transport)
+    if sock.connected:
+        sock.abortConnection()
 
 
 @implementer(IPushProducer)
 class SocketWriter:
     def __init__(
         self,
-        transport: Connection,
+        transport: Any,
         egress: Egress,
         bound: int,
         clock: Callable[[], float],
@@ -40,7 +50,8 @@ class SocketWriter:
         """``close_grace``: how long a closing connection may take to write what is
         queued for it before it is aborted; ``slowness_window``: the span of time its
         slowness is measured over."""
-        self.transport = transport
+        self.transport = transport  # frames are written to it: the socket's, or TLS, WebSocket
+        self.socket = socket_of(transport)  # whose buffer pauses the writer past ``bound``
         self.egress = egress
         self.bound = bound
         self.close_grace = close_grace
@@ -51,7 +62,7 @@ class SocketWriter:
         self.direct = isinstance(transport, Connection)
         self.slowness = SlownessMeter(clock, slowness_window)
         egress.writer = self
-        transport.bufferSize = bound
+        self.socket.bufferSize = bound
         transport.registerProducer(self, True)
 
     def drain(self, egress: Egress) -> None:
@@ -102,15 +113,15 @@ class SocketWriter:
             self.transport.write(egress.last_frame)
             egress.last_frame = b""
         self.stopped = True
-        self.transport.pauseProducing()  # read nothing more from a closing client
+        self.socket.pauseProducing()  # read nothing more from a closing client
         self.transport.unregisterProducer()
         if egress.abort and self.paused:
             self.transport.abortConnection()  # it does not read: its frames would never go
         else:
             self.transport.loseConnection()
             # A client that stops reading now would keep us waiting for ever.
-            self.transport.reactor.callLater(  # type: ignore[attr-defined]
-                self.close_grace, abort_if_open, self.transport
+            self.socket.reactor.callLater(  # type: ignore[attr-defined]
+                self.close_grace, abort_if_open, self.socket
             )
 
     def pauseProducing(self) -> None:

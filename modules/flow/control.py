@@ -36,9 +36,8 @@ class FlowControl:
         def of(domain: str) -> Callable[[], set[Producer]]:
             return lambda: self.producers[domain]
 
-        def limits(group: str, prefix: str) -> WatermarkLimits:
-            return WatermarkLimits.read(settings, group, prefix)
-
+        self.settings = settings
+        limits = self._limits
         self.volatile = Watermark("VolQueueStore", limits("VolQueueStoreImpl", "global"), of(P2P))
         self.live = Watermark(
             "TopicLiveBuffer", limits("DestinationManager", "topicglobal"), of(PUBSUB)
@@ -61,6 +60,17 @@ class FlowControl:
         }
         self._joined: list[Callable[[str, Watermark], None]] = []
         self.slow_disconnects = 0  # subscribers dropped for falling behind (disconnect policy)
+
+    def _limits(self, group: str, prefix: str) -> WatermarkLimits:
+        return WatermarkLimits.read(self.settings, group, prefix)
+
+    def configure(self) -> None:
+        """The global watermarks' parameters may have changed while the server runs."""
+        limits = self._limits
+        self.volatile.configure(limits("VolQueueStoreImpl", "global"))
+        self.live.configure(limits("DestinationManager", "topicglobal"))
+        self.stores[P2P].configure(limits("PersQueueFileStore", "global"))
+        self.stores[PUBSUB].configure(limits("TopicFileStore", "global"))
 
     def add_gate(self, domain: str, watermark: Watermark) -> None:
         """A watermark that stops every producer of ``domain`` (a pipeline buffer's)."""

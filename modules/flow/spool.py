@@ -224,4 +224,7 @@ class Spool:
         return {
             "refused": dict(self.refused),
             "usage_high": [scope for scope, (t, _) in self._usage.items() if t.is_set],
+            "used_bytes": self._used() if self.store is not None else 0,
+            "waiting_bytes": self.pending.total_bytes(),
+            "limit_bytes": self.spool_limit,
         }

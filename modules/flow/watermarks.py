@@ -68,6 +68,16 @@ class Watermark:
         else:
             gauge.remove(gauge.messages - messages, gauge.bytes - nbytes)
 
+    def configure(self, limits: WatermarkLimits) -> None:
+        """New watermarks while the server runs: the gauge is judged again at once, so a
+        lower high stops the producers now and a higher low (or off) starts them."""
+        self.gauge.configure(
+            limits.msghighwatermark,
+            limits.msglowwatermark,
+            limits.bytehighwatermark,
+            limits.bytelowwatermark,
+        )
+
     def producer_joined(self, producer: Producer) -> None:
         """A producer started sending to what this watermark guards."""
         if self.gauge.tripped and producer not in self.stopped:

@@ -203,10 +203,8 @@ class FrameDecoder:
         search_from = max(pos, self._scanned - 2)
         head_end = buf.find(b"\n\n", search_from)
         crlf = buf.find(b"\n\r\n", search_from, head_end + 1 if head_end >= 0 else end)
-        if crlf >= 0:
+        if crlf >= 0:  # the last line's own CR, if any, is _parse_head's to drop
             head_end, body_start = crlf, crlf + 3
-            if buf[crlf - 1] == 13:
-                head_end -= 1
         elif head_end >= 0:
             body_start = head_end + 2
         else:
@@ -227,11 +225,16 @@ class FrameDecoder:
             )
 
     def _check_incomplete_head(self, buf: bytes, pos: int, end: int) -> None:
+        """Refuse an unfinished head that cannot become a valid one: longer than every
+        line at its limit with a CRLF each, or whose last line is already too long (its
+        last CR may be half a CRLF, so it does not count)."""
         limits = self.limits
-        if end - pos > limits.max_header_bytes * (limits.max_headers + 1):
+        half_crlf = buf[end - 1] == 13
+        if end - pos - half_crlf > (limits.max_header_bytes + 2) * (limits.max_headers + 1):
             raise ProtocolError("frame too large", "header section exceeds the server's limits")
         last_newline = buf.rfind(b"\n", pos, end)
-        if end - (last_newline + 1 if last_newline >= 0 else pos) > limits.max_header_bytes:
+        line = end - (last_newline + 1 if last_newline >= 0 else pos) - half_crlf
+        if line > limits.max_header_bytes:
             raise ProtocolError(
                 "header too long",
                 f"a header line exceeds the server's limit of {limits.max_header_bytes} bytes",

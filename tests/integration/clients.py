@@ -4,6 +4,7 @@ helpers the integration tests share (polling, filling a destination, a free port
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -102,9 +103,12 @@ def fill(port: int, destination: str, bodies: Sequence[str], **headers: str) -> 
 class RawClient:
     """STOMP over a plain socket, for what stomp.py will not send: bad frames, odd headers."""
 
-    def __init__(self, port: int, source: str = "127.0.0.1") -> None:
-        """``source``: the local address to connect from (any of 127.0.0.0/8)."""
-        self.sock = socket.create_connection(
+    def __init__(
+        self, port: int, source: str = "127.0.0.1", sock: socket.socket | None = None
+    ) -> None:
+        """``source``: the local address to connect from (any of 127.0.0.0/8); ``sock``: a
+        connected socket to use instead (a TLS one, say)."""
+        self.sock = sock or socket.create_connection(
             ("127.0.0.1", port), timeout=TIMEOUT, source_address=(source, 0)
         )
         self.decoder = FrameDecoder(LIMITS)
@@ -131,11 +135,15 @@ class RawClient:
             data = self.sock.recv(65536)
         except TimeoutError:
             return
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):
             data = b""
         if not data:
             self.closed = True
             return
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Bytes of STOMP frames the server sent."""
         self.raw += data
         try:
             self.frames.extend(self.decoder.feed(data))

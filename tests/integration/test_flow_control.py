@@ -401,9 +401,6 @@ def _destination(**attributes: str) -> str:
 
 
 SPOOL_CASES = {
-    "shutdown": SpoolCase(
-        _destination(shutdown="true"), {}, [], ("m", {}), "destination shut down"
-    ),
     "maxmsgsize": SpoolCase(  # counted as stored: body and headers
         _destination(maxmsgsize="100"), {}, [("x" * 50, {})], ("x" * 100, {}), "message too large"
     ),

@@ -9,7 +9,6 @@ up into its egress queues. Publishers are ``Flood`` threads (see
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,22 +17,13 @@ from tests.conftest import call_in_reactor
 from tests.integration.clients import TIMEOUT, RawClient, connect, until
 from tests.integration.test_flow_control import (
     READ_CHUNK,
-    SlowClient,
+    Flood,
     client_state,
-    closing_after,
     flow_state,
     number,
     watermark_state,
 )
 from wiremq.modules.stomp.frames import Frame
-
-
-@pytest.fixture
-def slow_clients() -> Iterator[Callable[[int], SlowClient]]:
-    """``slow_clients(port)``: a SlowClient, closed after the test (a server cannot stop
-    while a client does not read what it was sent)."""
-    yield from closing_after(SlowClient)
-
 
 TOPIC_WATERMARKS = {
     "DestinationManager.topicglobalbytehighwatermark": "50000",
@@ -59,6 +49,22 @@ def _subscription(state: dict[str, Any], session: str) -> dict[str, Any]:
     return subscription
 
 
+def stopped_by_the_live_buffer(reactor: object, server: Any, flood: Flood) -> dict[str, Any]:
+    """Wait until the topic live buffer's watermark stops ``flood``'s publisher (its socket
+    not read, its SENDs no longer completing); the flow state then."""
+
+    def publisher() -> dict[str, Any]:
+        found = client_state(flow_state(reactor, server), flood.session)
+        assert found is not None
+        return found
+
+    assert until(lambda: not publisher()["reading"]), f"never stopped ({flood.sent} sent)"
+    assert flood.stalled(), "the server stopped reading but the SENDs still complete"
+    state = flow_state(reactor, server)
+    assert client_state(state, flood.session)["stopped_by"] == ["<Watermark TopicLiveBuffer>"]
+    return state
+
+
 def _after_error(frames: list[Frame]) -> list[Frame]:
     """Frames a client received after an ERROR: there must be none."""
     commands = [f.command for f in frames]
@@ -77,16 +83,7 @@ def test_block_stops_the_publisher_within_the_live_buffer_until_the_slow_one_rea
     slow.subscribe("/topic/block", **{window: "5"})
     fast, recorder = _subscribed(server.port, "/topic/block")
     flood = floods(server.port, "/topic/block")
-
-    def publisher() -> dict[str, Any]:
-        found = client_state(flow_state(reactor, server), flood.session)
-        assert found is not None
-        return found
-
-    assert until(lambda: not publisher()["reading"]), f"never stopped ({flood.sent} sent)"
-    assert flood.stalled(), "the server stopped reading but the SENDs still complete"
-    state = flow_state(reactor, server)
-    assert client_state(state, flood.session)["stopped_by"] == ["<Watermark TopicLiveBuffer>"]
+    state = stopped_by_the_live_buffer(reactor, server, flood)
     live = watermark_state(state, "TopicLiveBuffer")
     assert live["tripped"] and 25_000 < live["bytes"] <= 50_000 + READ_CHUNK
     (topic,) = state["topics"]
@@ -190,14 +187,14 @@ def test_disconnect_drops_a_subscriber_that_does_not_read_without_waiting_for_it
     slow.subscribe("/topic/d", consumerQueueEntriesSize="5")
     fast, recorder = _subscribed(server.port, "/topic/d")
     # The kernel's buffers on loopback take megabytes from a client that does not read
-    # before its window closes (2-3 MB seen): the flood must outgrow them, and then the
-    # live buffer's watermark.
-    flood = floods(server.port, "/topic/d", limit=10_000)
+    # before its window closes (2-3 MB seen): the flood (12 MB) must outgrow them, and
+    # then the live buffer's watermark.
+    flood = floods(server.port, "/topic/d", limit=3000, body=4000)
     assert until(lambda: client_state(flow_state(reactor, server), slow.session) is None), (
         "the slow subscriber is kept until it reads"
     )
-    assert flood.finish() == 10_000
-    assert [number(m.body) for m in recorder.wait_for_messages(10_000)] == list(range(10_000))
+    assert flood.finish() == 3000
+    assert [number(m.body) for m in recorder.wait_for_messages(3000)] == list(range(3000))
     assert flow_state(reactor, server)["slow_disconnects"] == 1
     assert slow.wait_closed()
     assert _after_error(slow.frames) == []

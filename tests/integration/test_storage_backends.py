@@ -87,7 +87,8 @@ def test_an_unrecoverable_store_stops_the_server_with_a_clear_message(tmp_path: 
     data.mkdir()
     (data / "persqueue.fs").write_bytes(b"this is not a FileStorage file at all" * 10)
     result = subprocess.run(
-        [sys.executable, "-m", "wiremq.server.cli", "serve", "--port", "0", "--data", str(data)],
+        [sys.executable, "-m", "wiremq.server.cli", "serve", "--port", "0", "--data", str(data)]
+        + ["--admin-port", "0"],
         capture_output=True,
         text=True,
         timeout=60,

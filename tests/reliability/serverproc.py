@@ -26,7 +26,7 @@ class ServerProcess:
     def start(cls, data: Path, log: Path) -> ServerProcess:
         port = free_port()
         process = subprocess.Popen(
-            [*WIREMQ, "serve", "--port", str(port), "--data", str(data)],
+            [*WIREMQ, "serve", "--port", str(port), "--data", str(data), "--admin-port", "0"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -125,7 +125,8 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Traffic:
     config.write_text(CONFIG)
     port = free_port()
     server = subprocess.Popen(
-        [*WIREMQ, "serve", "--port", str(port), "--data", str(data), "--config", str(config)],
+        [*WIREMQ, "serve", "--port", str(port), "--data", str(data), "--config", str(config)]
+        + ["--admin-port", "0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -96,9 +96,15 @@ class Net:
         values: dict[str, Value],
         destinations: dict[str, dict[str, Value]],
         persistence_path: Path | None,
+        data: Path,
         journal: Path | None = None,
     ) -> None:
-        self.settings = Settings(REGISTRY, {**NO_HEARTBEATS, **values})
+        """``data``: the data folder (its users file, if the test writes one); ``journal``:
+        where the audit journal is written (none: not written)."""
+        self.data = persistence_path or data  # the data folder: the store, the users file
+        self.settings = Settings(
+            REGISTRY, {**NO_HEARTBEATS, "Server.datadir": str(self.data), **values}
+        )
         for name, params in destinations.items():
             for param, value in params.items():
                 self.settings.set_for_destination(name, param, value)
@@ -106,7 +112,6 @@ class Net:
         self.outbox = Outbox()
         store = None
         if persistence_path is not None:
-            self.settings.set("Server.datadir", str(persistence_path))
             store = open_store(self.settings)
         self.core = Core(self.settings, self.runtime, store, default_pipelines(), journal)
         self.core.restore()
@@ -155,7 +160,12 @@ class Peer:
         name: str,
         limits: tuple[QueueLimits, ...] = DEFAULT_LIMITS,
         heart_beat: str = "0,0",
+        login: dict[str, str] | None = None,
+        connected: bool = True,
     ) -> None:
+        """``name``: the client's address ("host:port"); ``login``: more CONNECT headers
+        (login, passcode); ``connected``: whether CONNECTED must be the answer (else the
+        test looks at what came)."""
         self.net = net
         self.reader = FakeReader()
         self.egress = Egress(net.outbox, limits)
@@ -163,9 +173,11 @@ class Peer:
         self.connection = net.core.connect(self.egress, name, self.reader, net.clock())
         self.input: deque[bytes] = deque()
         net.peers.append(self)
-        self.feed(frame("CONNECT", {"accept-version": "1.2", "heart-beat": heart_beat}))
-        assert self.writer.frames.pop(0).command == "CONNECTED"
-        self.writer.discards.pop(0)
+        headers = {"accept-version": "1.2", "heart-beat": heart_beat, **(login or {})}
+        self.feed(frame("CONNECT", headers))
+        if connected:
+            assert self.writer.frames.pop(0).command == "CONNECTED"
+            self.writer.discards.pop(0)
 
     def take_input(self) -> bool:
         """Hand the server one chunk of input, if it is reading this client."""
@@ -228,7 +240,8 @@ def make_net(tmp_path: Path) -> Iterator[Callable[..., Net]]:
     ) -> Net:
         path = tmp_path / f"store-{len(nets)}.fs" if persistent else None
         folder = tmp_path / f"journal-{len(nets)}" if journal else None
-        net = Net(values or {}, destinations or {}, path, folder)
+        data = tmp_path / f"data-{len(nets)}"
+        net = Net(values or {}, destinations or {}, path, data, folder)
         nets.append(net)
         return net
 

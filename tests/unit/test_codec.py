@@ -299,3 +299,35 @@ def test_encode_frame_round_trips(command, version, headers, body):
     assert decode(encode_frame(command, headers, body, version), version) == [
         Frame(command, expected, body)
     ]
+
+
+def test_a_frame_at_the_limits_with_crlf_lines_decodes_however_it_is_split():
+    """Found by bench/fuzz_codec.py: an unfinished head was measured with its lines' CRs
+    (a line one byte under the limit and its CR, or a head of CRLF lines at the limits,
+    was refused) when the same frame arriving whole was taken."""
+    limits = DecoderLimits(max_body_bytes=100, max_headers=1, max_header_bytes=4)
+    wire = b"SEND\r\nab:c\r\n\r\nx\0"
+    for cut in range(1, len(wire)):
+        pieces = decoder_with(limits)
+        assert pieces.feed(wire[:cut]) + pieces.feed(wire[cut:]) == [
+            Frame("SEND", {"ab": "c"}, b"x")
+        ], cut
+
+
+def decoder_with(limits: DecoderLimits) -> FrameDecoder:
+    found = FrameDecoder(limits)
+    found.version = "1.2"
+    return found
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_a_cr_ending_the_last_value_before_crlf_lines_is_the_values(version):
+    """Found by bench/fuzz_codec.py: before a CRLF blank line, the last header line's CRLF
+    and a CR of its value were both taken as its end (the value lost its CR whole, and a
+    split stream was refused where the whole was not)."""
+    found = decoder_with(LIMITS)
+    found.version = version
+    [frame] = found.feed(b"SEND\r\ndestination:/q\r\r\n\r\n\0")
+    assert frame.headers["destination"] == "/q\r"
+    [same] = decoder_with(LIMITS).feed(b"SEND\ndestination:/q\r\n\r\n\0")
+    assert same.headers["destination"] == "/q"

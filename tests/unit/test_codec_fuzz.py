@@ -1,6 +1,9 @@
 """Property tests of the decoder: no lost frame boundary, no error but ProtocolError, and
 the C fast path agreeing with the Python decoder on any input."""
 
+import subprocess
+import sys
+from pathlib import Path
 from unittest.mock import patch
 
 from hypothesis import example, given, settings
@@ -229,3 +232,57 @@ def test_a_message_tail_decodes_to_its_headers(version, data):
             expected.setdefault(name, value)
     expected.setdefault("content-length", str(len(body)))
     assert frame == Frame("MESSAGE", expected, body)
+
+
+def test_the_coverage_guided_fuzz_target_runs_clean(tmp_path):
+    """A short run of bench/fuzz_codec.py (atheris): the target itself works; the long runs
+    that find things are bench runs (bench/README.md)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[2] / "bench" / "fuzz_codec.py"),
+            "-runs=3000",
+            "-seed=1",
+            f"-artifact_prefix={tmp_path}/",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    output = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, output[-3000:]
+    assert "Done 3000 runs" in output
+
+
+def _tight_limits(wires: list[bytes], frames: list[Frame]) -> DecoderLimits:
+    """The smallest limits every one of these frames fits: each is at a limit."""
+    lines = []
+    for wire in wires:
+        head = wire[: wire.index(b"\n\n") if b"\r\n\r\n" not in wire else wire.index(b"\r\n\r\n")]
+        lines.append([line.removesuffix(b"\r") for line in head.split(b"\n")])
+    return DecoderLimits(
+        max_body_bytes=max(len(f.body) for f in frames),
+        max_headers=max(1, *(len(head) - 1 for head in lines)),
+        max_header_bytes=max(len(line) for head in lines for line in head),
+    )
+
+
+@FUZZ
+@given(
+    version=st.sampled_from(["1.0", "1.1", "1.2"]).flatmap(
+        lambda v: st.tuples(
+            st.just(v), st.lists(frames(v, ["crlf", "no-length"]), min_size=1, max_size=4)
+        )
+    ),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+)
+def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
+    """An unfinished frame is refused only when it cannot become a valid one: frames that
+    are exactly at the limits decode the same whole and in any pieces."""
+    version, encoded = version
+    wires = [wire for wire, _ in encoded]
+    expected = [frame for _, frame in encoded]
+    limits = _tight_limits(wires, expected)
+    data = b"".join(wires)
+    assert _outcome(data, [], version, limits) == (expected, 0)
+    assert _outcome(data, cuts, version, limits) == (expected, 0)

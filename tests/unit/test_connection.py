@@ -123,3 +123,19 @@ def test_disconnect_receipt_comes_after_the_earlier_receipts_and_nothing_more_is
     assert _receipts(producer) == ["r1", "bye"]
     assert producer.writer.closed
     assert net.core.store.count("/queue/p")[0] == 1
+
+
+def test_a_refused_destination_in_a_batch_does_not_send_the_next_message_elsewhere(make_net):
+    """Admission resolves a run of one destination once: a name it refused must not leave
+    the run's previous destination in place for the next message of that name."""
+    net = make_net()
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/a")
+    producer = Peer(net, "producer")
+    producer.feed(
+        send_frame("/queue/a", "first")
+        + send_frame("/queue/b*", "refused")
+        + send_frame("/queue/b*", "refused again")
+    )
+    assert consumer.bodies() == ["first"]
+    assert [e.headers["message"] for e in producer.errors] == ["invalid destination"]
