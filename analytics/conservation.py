@@ -3,7 +3,8 @@
 A message is a (message id, destination): a dead message queue's copy of an
 expired message keeps its id and is received there as a message of its own.
 Its fate is what ended its stay: acknowledged, expired (discarded), moved to
-the dead message queue, discarded (with the reason), refused, or still stored
+the dead message queue, moved elsewhere by an operator (its copy received
+there), discarded (with the reason), refused, or still stored
 (it is in the snapshot ``wiremq export`` took). A queue message must have
 exactly one; a topic message ends with each of its subscribers (acknowledged,
 dropped for a subscriber, ...) unless it expired, was dead-lettered, refused,
@@ -38,6 +39,7 @@ FATES = (
     "refused",
     "still_stored",
     "dead_lettered",
+    "moved",
     "expired",
     "acknowledged",
     "discarded",
@@ -155,6 +157,7 @@ def messages(events: DataFrame) -> DataFrame:
         _count(event == "stored").alias("stored"),
         _count(event == "expired").alias("expired"),
         _count(event == "dead_lettered").alias("dead_lettered"),
+        _count(event == "moved").alias("moved"),
         _count(event == "removed").alias("removed"),
         _count((event == "discarded") & whole).alias("discarded"),
         F.max(F.when((event == "discarded") & whole, F.col("reason"))).alias("discard_reason"),
@@ -187,6 +190,7 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
     refused = c("refused") > 0
     stored = c(IN_SNAPSHOT) > 0
     dead = c("dead_lettered") > 0
+    moved = c("moved") > 0
     expired = (c("expired") > 0) & ~dead
     acknowledged = c("acknowledgements") > 0
     discarded = c("discarded") > 0
@@ -196,6 +200,7 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         (refused, "refused"),
         (stored, "still stored"),
         (dead, "dead-lettered"),
+        (moved, "moved"),
         (expired, "expired"),
         (discarded, "discarded"),
         (acknowledged, "acknowledged"),
@@ -205,7 +210,8 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         F.array(*(F.when(flag, F.lit(name)) for flag, name in queue_fates)),
         lambda n: n.isNotNull(),
     )
-    any_topic_end = refused | stored | dead | expired | discarded | acknowledged | dropped_for_each
+    ended = refused | stored | dead | moved | expired | discarded
+    any_topic_end = ended | acknowledged | dropped_for_each
     problem_list = [
         F.when(c("received") == 0, F.lit("no received record")),
         F.when(c("received") > 1, F.lit("received more than once")),
@@ -228,6 +234,7 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         F.when(~topic & (c("acknowledgements") > 1), F.lit("acknowledged more than once")),
         F.when(c("expired") > 1, F.lit("expired more than once")),
         F.when(c("dead_lettered") > 1, F.lit("dead-lettered more than once")),
+        F.when(c("moved") > 1, F.lit("moved more than once")),
         F.when(
             (c("removed") > 0) & (c("expired") == 0),
             F.lit("removed by a cleanup run, yet never expired"),
@@ -244,6 +251,7 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         .when(stored, F.lit("still_stored"))
         .when(topic & acknowledged, F.lit("acknowledged"))
         .when(dead, F.lit("dead_lettered"))
+        .when(moved, F.lit("moved"))
         .when(expired, F.lit("expired"))
         .when(acknowledged, F.lit("acknowledged"))
         .otherwise(F.lit("discarded"))

@@ -122,7 +122,7 @@ class Core:
         )
 
         self.operations = Operations(
-            self.destinations, self.clients, self.persistence, self.pipelines.submit
+            self.destinations, self.clients, self.persistence, self.pipelines.submit, self.journal
         )
         settings.on_change(self._settings_changed)
 

@@ -144,6 +144,25 @@ class Journal:
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
         """A durable subscription was removed, with what the store kept only for it."""
 
+    # -- the operator's actions (the admin console) ---------------------------------------
+
+    def operator_discarded(
+        self,
+        messages: Sequence[Message],
+        stored: Sequence[tuple[Position, StoredMessage]],
+        reason: str,
+    ) -> None:
+        """An operator took waiting messages out of a queue (``PURGED``, ``DELETED``): those
+        in memory, and those read from the store."""
+
+    def operator_moved(
+        self,
+        messages: Sequence[Message],
+        stored: Sequence[tuple[Position, StoredMessage]],
+        to: str,
+    ) -> None:
+        """An operator moved waiting messages to ``to`` (their copies are received there)."""
+
     # -- expiry and cleanup ----------------------------------------------------------------
 
     def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
@@ -314,6 +333,28 @@ class RecordingJournal(Journal):
 
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
         self._add(kinds.SUBSCRIPTION_REMOVED, topic, f"{key[0]}/{key[1]}")
+
+    def operator_discarded(
+        self,
+        messages: Sequence[Message],
+        stored: Sequence[tuple[Position, StoredMessage]],
+        reason: str,
+    ) -> None:
+        if messages:
+            self._add(kinds.DISCARDED, messages, reason)
+        if stored:
+            self._add(kinds.DISCARDED_STORED, stored, reason)
+
+    def operator_moved(
+        self,
+        messages: Sequence[Message],
+        stored: Sequence[tuple[Position, StoredMessage]],
+        to: str,
+    ) -> None:
+        if messages:
+            self._add(kinds.MOVED, messages, to)
+        if stored:
+            self._add(kinds.MOVED_STORED, stored, to)
 
     def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
         store = VOLQUEUE if destination.startswith(QUEUE_PREFIX) else None

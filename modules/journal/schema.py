@@ -54,6 +54,7 @@ FIELDS: tuple[Field, ...] = (
     Field("removed", LONG, "messages a cleanup run removed"),
     Field("server", STRING, "the server run (random, new at every start)"),
     Field("durable", STRING, "a durable subscription, as client-id/name"),
+    Field("to", STRING, "the destination an operator moved a message to"),
 )
 FIELD_TYPES = {f.name: f.type for f in FIELDS}
 
@@ -135,6 +136,12 @@ _EVENTS = (
         "the message was dropped on purpose; with a subscription: for that subscriber only",
     ),
     Event(
+        "moved",
+        (*MESSAGE, "to"),
+        "an operator moved the message to another destination (the console's move or retry): "
+        "its copy is received there",
+    ),
+    Event(
         "refused",
         (*MESSAGE, "reason"),
         "the server did not take the message: its sender got an ERROR",
@@ -174,6 +181,8 @@ TRANSACTION_ABORTED = "transaction-aborted"  # ABORT, or the connection went awa
 TRANSACTION_FAILED = "transaction-failed"  # its COMMIT failed (ERROR); nothing applied
 SERVER_STOPPED = "server-stopped"  # a non-persistent message still held at shutdown
 EXPIRED = "expired"  # why a message was dead-lettered
+PURGED = "purged"  # an operator purged (or deleted) its queue
+DELETED = "deleted"  # an operator deleted the message
 REASONS = (
     EGRESS_DISCARD_OLDEST,
     SLOW_SUBSCRIBER,
@@ -183,6 +192,8 @@ REASONS = (
     TRANSACTION_FAILED,
     SERVER_STOPPED,
     EXPIRED,
+    PURGED,
+    DELETED,
 )
 
 

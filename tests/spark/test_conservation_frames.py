@@ -80,6 +80,35 @@ def test_a_message_moved_to_the_dead_message_queue_lives_on_there(spark):
     assert fate(result, "m", DMQ) == ("acknowledged", None, [])
 
 
+def test_what_an_operator_moves_purges_and_deletes(spark):
+    elsewhere = "/queue/elsewhere"
+    records = [
+        received("m", persistent=True),
+        record("stored", 2, **msg("m"), store="persqueue", seq=1),
+        record("moved", 3, **msg("m"), to=elsewhere),
+        record("stored", 3, **msg("m", elsewhere), store="persqueue", seq=2),
+        received("m", elsewhere),
+        delivered("m", elsewhere),
+        acknowledged("m", elsewhere),
+        received("p"),
+        record("discarded", 3, **msg("p"), reason="purged"),
+        received("twice"),
+        record("moved", 3, **msg("twice"), to=elsewhere),
+        record("moved", 4, **msg("twice"), to=elsewhere),
+        received("twice", elsewhere),
+        received("gone"),
+        record("moved", 3, **msg("gone"), to=elsewhere),
+        delivered("gone"),
+        acknowledged("gone"),
+    ]
+    result = verdicts(spark, records, [])
+    assert fate(result, "m") == ("moved", None, [])
+    assert fate(result, "m", elsewhere) == ("acknowledged", None, [])
+    assert fate(result, "p") == ("discarded", "purged", [])
+    assert fate(result, "twice")[2] == ["moved more than once"]
+    assert fate(result, "gone")[2] == ["fates that cannot go together: moved, acknowledged"]
+
+
 def test_redeliveries_nacks_and_an_acknowledgement_undone_by_a_failed_transaction(spark):
     records = [
         received("m"),
@@ -213,6 +242,7 @@ def test_the_summary_counts_each_message_once(spark):
         "refused": 0,
         "still_stored": 0,
         "dead_lettered": 1,
+        "moved": 0,
         "expired": 1,
         "acknowledged": 1,
         "discarded": 0,

@@ -299,3 +299,29 @@ def test_records_waiting_for_the_writer_stop_every_producer_until_written(make_n
     assert producer.reader.calls == ["pause", "resume"]
     received = [r for r in written(net) if r["event"] == "received"]
     assert [r["message_id"] for r in received] == ids_sent(received, 110)
+
+
+def test_what_an_operator_moves_deletes_and_purges(make_net):
+    net = make_net(persistent=True, journal=True)
+    producer = Peer(net, "producer")
+    for body in ("moved", "kept", "purged"):
+        producer.send("/queue/ops", body, PERSISTENT)
+    producer.send("/queue/ops", "deleted")  # non-persistent
+    until_idle(net)
+    received = [r for r in written(net) if r["event"] == "received"]
+    moved, _, purged, deleted = ids_sent(received, 4)
+    operations = net.core.operations
+    done: list[object] = []
+    operations.take("/queue/ops", moved, "/queue/elsewhere", done.append, done.append)
+    operations.take("/queue/ops", deleted, None, done.append, done.append)
+    until_idle(net)
+    operations.purge("/queue/ops", done.append, done.append)
+    until_idle(net)
+    assert set(done[:2]) == {"/queue/elsewhere", None} and done[2:] == [2]  # 2 purged
+    records = written(net)
+    assert story(records, moved, "/queue/ops") == ["received", "stored", "moved"]
+    (move,) = [r for r in records if r["event"] == "moved"]
+    assert move["to"] == "/queue/elsewhere" and move["persistent"] is True
+    assert story(records, moved, "/queue/elsewhere") == ["stored", "received"]
+    assert story(records, deleted) == ["received", "discarded:deleted"]
+    assert story(records, purged) == ["received", "stored", "discarded:purged"]
