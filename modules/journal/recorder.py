@@ -340,10 +340,7 @@ class RecordingJournal(Journal):
         stored: Sequence[tuple[Position, StoredMessage]],
         reason: str,
     ) -> None:
-        if messages:
-            self._add(kinds.DISCARDED, messages, reason)
-        if stored:
-            self._add(kinds.DISCARDED_STORED, stored, reason)
+        self._held_and_read(kinds.DISCARDED, kinds.DISCARDED_STORED, messages, stored, reason)
 
     def operator_moved(
         self,
@@ -351,10 +348,21 @@ class RecordingJournal(Journal):
         stored: Sequence[tuple[Position, StoredMessage]],
         to: str,
     ) -> None:
+        self._held_and_read(kinds.MOVED, kinds.MOVED_STORED, messages, stored, to)
+
+    def _held_and_read(
+        self,
+        held_kind: int,
+        read_kind: int,
+        messages: Sequence[Message],
+        stored: Sequence[tuple[Position, StoredMessage]],
+        value: str,
+    ) -> None:
+        """One event of messages held in memory and of messages read from the store."""
         if messages:
-            self._add(kinds.MOVED, messages, to)
+            self._add(held_kind, messages, value)
         if stored:
-            self._add(kinds.MOVED_STORED, stored, to)
+            self._add(read_kind, stored, value)
 
     def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
         store = VOLQUEUE if destination.startswith(QUEUE_PREFIX) else None
