@@ -10,6 +10,7 @@ each, and how much journal the server with it on wrote.
 
     flock /tmp/wiremq-bench.lock .venv/bin/python bench/journal_cost.py
     .venv/bin/python bench/journal_cost.py --scenarios queue-np --sizes 128 --repeats 5
+    .venv/bin/python bench/journal_cost.py --on-set Journal.flushinterval=0.01
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def main() -> int:
     parser.add_argument("--sizes", default="128,4096")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--target-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--on-set",
+        action="append",
+        default=[],
+        metavar="GROUP.NAME=VALUE",
+        help="a parameter of the server with the journal on (a journal setting to try)",
+    )
     parser.add_argument("--out", default=f"/tmp/wiremq-journal-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args()
     wiremq = shutil.which("wiremq", path=str(Path(sys.executable).parent))
@@ -52,7 +60,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with (
-        ManagedServer(wiremq) as on,
+        ManagedServer(wiremq, args.on_set) as on,
         ManagedServer(wiremq, ["Journal.enabled=false"]) as off,
     ):
         command = [

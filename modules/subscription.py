@@ -91,6 +91,7 @@ class Subscription:
         "ended",
         "written_order",
         "journal",
+        "record_delivery",
     )
 
     def __init__(
@@ -108,7 +109,9 @@ class Subscription:
         self.number = number
         self.destination = destination
         self.limit = destination.services.unacked
-        self.journal = destination.services.journal
+        self.journal = journal = destination.services.journal
+        # The per-delivery hook, or None: with the journal off a delivery skips the call.
+        self.record_delivery = journal.delivered if journal.records else None
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
@@ -181,7 +184,9 @@ class Subscription:
     # -- delivery --------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
-        self.journal.delivered(self, message)
+        record = self.record_delivery
+        if record is not None:
+            record(self, message)
         tail = message.wire_tail(self.flavour)
         self.inflight_messages += 1
         self.inflight_bytes += message.size

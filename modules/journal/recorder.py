@@ -86,6 +86,8 @@ def server_id() -> str:
 class Journal:
     """The journal's hooks (see the module docstring); this one records nothing."""
 
+    records = False  # whether the hooks record: a hook run per delivery is skipped if not
+
     def __init__(self) -> None:
         self.server = server_id()
         self._runs = 0
@@ -202,6 +204,8 @@ class Journal:
 
 class RecordingJournal(Journal):
     """The journal that records (see the module docstring)."""
+
+    records = True
 
     def __init__(
         self, settings: Settings, runtime: Runtime, folder: Path, flow: FlowControl
