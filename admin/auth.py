@@ -80,7 +80,7 @@ class Gate:
         with contextlib.suppress(UsersFileError):
             self.users.refresh()
 
-    def _user(self, name: str) -> User | None:
+    def user(self, name: str) -> User | None:
         return next((u for u in self.users if u.name == name), None)
 
     def session(self, request: Request) -> Session | None:
@@ -92,7 +92,7 @@ class Gate:
         if session is None:
             return None
         now = time.monotonic()
-        if now - session.used > self.session_timeout() or self._user(session.user) is None:
+        if now - session.used > self.session_timeout() or self.user(session.user) is None:
             del self.sessions[session.token]
             return None
         session.used = now
@@ -106,7 +106,7 @@ class Gate:
         session = self.session(request)
         if session is not None:
             self._check_csrf(request, session)
-            user = self._user(session.user)
+            user = self.user(session.user)
             assert user is not None
             return defer.succeed(Identity(user.name, user.role, session))
         credentials = _basic(request)

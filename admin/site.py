@@ -30,11 +30,14 @@ from wiremq.admin.api import Api
 from wiremq.admin.auth import COOKIE, Gate, Identity
 from wiremq.admin.openapi import openapi
 from wiremq.admin.routes import VIEWER, Call, HttpError, Route, find, segments
-from wiremq.config.groups import AdminSettings, ServerSettings
+from wiremq.config.groups import AdminSettings, ServerSettings, TlsSettings
 from wiremq.config.tuning import CONFIG_FILE, Tuning
 from wiremq.modules.cleanup import Periodic
 from wiremq.modules.history import History
+from wiremq.modules.permissions import ADMIN as ADMIN_PERMISSION
+from wiremq.modules.permissions import READ, WRITE, permitted
 from wiremq.modules.users import Users, UsersFile
+from wiremq.server.tls import TlsContextFactory
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -94,10 +97,12 @@ class Console(Resource):
 
     isLeaf = True
 
-    def __init__(self, api: Api, gate: Gate) -> None:
+    def __init__(self, api: Api, gate: Gate, secure: bool = False) -> None:
+        """``secure``: served over TLS (its login cookie is then sent over TLS only)."""
         super().__init__()
         self.api = api
         self.gate = gate
+        self.secure = secure
         self.routes: list[Route] = api.routes()
         self.document = openapi(self.routes, _version())
 
@@ -143,10 +148,12 @@ class Console(Resource):
         self, identity: Identity, request: Request, route: Route, params: dict[str, str]
     ) -> defer.Deferred[Reply]:
         raw_query = parse_qs(request.uri.split(b"?", 1)[1]) if b"?" in request.uri else {}
+        body = self._body(request) if route.body is not None else None
+        self._check_permissions(identity, route, params, body)
         call = Call(
             params,
             route.parse_query(raw_query),
-            self._body(request) if route.body is not None else None,
+            body,
             identity.user,
             identity.role,
             identity.session.csrf if identity.session is not None else None,
@@ -154,6 +161,28 @@ class Console(Resource):
         return defer.maybeDeferred(route.handler, call).addCallback(
             lambda document: json_reply(200, document)
         )
+
+    def _check_permissions(
+        self, identity: Identity, route: Route, params: dict[str, str], body: Any
+    ) -> None:
+        """Besides the role, a user's permissions on the destination a call names
+        (docs/security.md): reading it needs read, acting on it admin, and the destination
+        a message is moved to write. An open console (no users) allows everything."""
+        if identity.user is None:
+            return
+        needs = []
+        if "name" in params:
+            needs.append((READ if route.method == "GET" else ADMIN_PERMISSION, params["name"]))
+        if (
+            route.path.endswith("/move")
+            and isinstance(body, dict)
+            and isinstance(body.get("to"), str)
+        ):
+            needs.append((WRITE, body["to"]))
+        user = self.gate.user(identity.user)
+        for permission, destination in needs:
+            if user is None or not permitted(user, permission, destination):
+                raise HttpError(403, f"permission denied: {permission} {destination[:200]}")
 
     def _identified(self, request: Request, role: str) -> defer.Deferred[Identity]:
         def allowed(identity: Identity) -> Identity:
@@ -231,7 +260,14 @@ class Console(Resource):
                     "login.html", 401, message="Wrong user name or password.", note=note
                 )
             log.info("console.login", user=session.user, peer=_peer(request))
-            request.addCookie(COOKIE, session.token, path="/", httpOnly=True, sameSite="strict")
+            request.addCookie(
+                COOKIE,
+                session.token,
+                path="/",
+                httpOnly=True,
+                sameSite="strict",
+                secure=self.secure,
+            )
             return Reply(303, b"", "text/plain", Location="/")
 
         if self.gate.open:
@@ -317,10 +353,14 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
         if host != LOCALHOST:
             log.warning("console.localhost_only", configured=host, reason="no users file")
         host = LOCALHOST
-    console = Console(api, gate)
+    console = Console(api, gate, secure=admin.tls)
     site = Site(console)
     site.displayTracebacks = False
-    listening = listen_console(server.reactor, site, port, host)
+    tls = None
+    if admin.tls:
+        where = server.config.path or "configuration"
+        tls = TlsContextFactory(TlsSettings.read(server.settings, "TLS"), where)
+    listening = listen_console(server.reactor, site, port, host, tls)
     server.listeners.append(listening)
     api.console_host = host
     api.console_port = listening.getHost().port  # type: ignore[attr-defined]
@@ -330,5 +370,11 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
             history.sample(time.time(), server.flow_state())
 
     server.add_task(Periodic(server.runtime, lambda: admin.sampleinterval, sample))
-    log.info("console.listening", host=host, port=api.console_port, logins=users.configured)
+    log.info(
+        "console.listening",
+        host=host,
+        port=api.console_port,
+        logins=users.configured,
+        scheme="https" if admin.tls else "http",
+    )
     return console

@@ -247,9 +247,19 @@ class SlowSubscriberSettings(SettingsGroup):
 
 @dataclass(frozen=True, slots=True)
 class ReplayPoolSettings(SettingsGroup):
-    """DurableTopicSubscriberThreadPool: replays running at once."""
+    """DurableTopicSubscriberThreadPool: replays running at once, messages per step."""
 
     maxthreads: int
+    maxprocessoriterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkPoolSettings(SettingsGroup):
+    """QueueThreadPool / TopicThreadPool: destinations delivering large messages at once,
+    and large messages each may have on their way."""
+
+    maxthreads: int
+    maxprocessoriterations: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +292,37 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    tls: bool
     sessiontimeout: float
     sampleinterval: float
     history: float
     chartdestinations: int
     browsebytes: int
     maxrequestbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMemorySettings(SettingsGroup):
+    """TransactionMemSizeManager: the bytes open transactions may hold, and what then."""
+
+    uncommittedtxmemsizelimit: int
+    txmemsizereducestategy: str
+    txtypeorder: str
+
+
+@dataclass(frozen=True, slots=True)
+class XASettings(SettingsGroup):
+    """XATransactionController."""
+
+    defaulttimeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemWatchSettings(SettingsGroup):
+    """MemWatch: the server's memory, its levels and the socket reader's check."""
+
+    maxmemory: int
+    messagethreshold: int
+    whenfull: str
+    checkinterval: float
+    hysteresis: float

@@ -503,6 +503,15 @@ PARAMETERS += [
         maximum=1000,
     ),
     Parameter(
+        "DurableTopicSubscriberThreadPool",
+        "maxprocessoriterations",
+        int,
+        100,
+        "Messages one replay hands to its subscriber in one step; then the others' turn",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
         "DurableTopicSubscriptionManager",
         "globaldursubbytelimit",
         int,
@@ -1007,6 +1016,14 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "tls",
+        bool,
+        False,
+        "Serve the console and JSON API over HTTPS only, with the TLS group's certificate "
+        "(and its client certificate rule)",
+    ),
+    Parameter(
+        "Admin",
         "sessiontimeout",
         float,
         1800.0,
@@ -1216,6 +1233,155 @@ PARAMETERS += [
         "",
         "Web page origins (scheme://host[:port], separated by commas) allowed to connect; "
         "empty: any. Browsers send the page's origin; other clients send none and may connect",
+    ),
+]
+
+# -- advanced memory management (chapter 3 of the manual) ------------------------------------
+# TransactionMemSizeManager's reduce strategies and order qualifiers (modules/txmemory.py).
+STRATEGIES = ("MAXBYTES", "MAXMESSAGES", "ALL", "NONE", "OLDESTTX", "YOUNGESTTX")
+ORDERS = (
+    "MIXEDFIRSTSTANDARD",
+    "MIXEDFIRSTXA",
+    "FIRSTXA",
+    "FIRSTSTANDARD",
+    "ONLYXA",
+    "ONLYSTANDARD",
+)
+
+PARAMETERS += [
+    Parameter(
+        "TransactionMemSizeManager",
+        "uncommittedtxmemsizelimit",
+        int,
+        2_000_000,
+        "Bytes of messages held in open transactions (standard and XA) in all; past it "
+        "the reduce strategy discards transactions",
+        unit="bytes",
+        minimum=1,
+        maximum=1 << 40,
+    ),
+    Parameter(
+        "TransactionMemSizeManager",
+        "txmemsizereducestategy",
+        str,
+        "MAXBYTES",
+        "Which transactions are discarded when the limit is reached: the largest in bytes, "
+        "the one with most messages, all, none (the producer is stopped instead), the "
+        "oldest or the youngest first",
+        choices=STRATEGIES,
+        aliases=("txmemsizereducestrategy",),
+    ),
+    Parameter(
+        "TransactionMemSizeManager",
+        "txtypeorder",
+        str,
+        "MIXEDFIRSTSTANDARD",
+        "How the strategy takes standard and XA transactions: alternately (standard or XA "
+        "first), every one of a kind before the other, or only one kind",
+        choices=ORDERS,
+    ),
+    Parameter(
+        "QueueThreadPool",
+        "maxthreads",
+        int,
+        4,
+        "Queues delivering large messages (above MemWatch.messagethreshold) at the "
+        "same time; the others wait until a delivery is written",
+        minimum=1,
+        maximum=1000,
+    ),
+    Parameter(
+        "QueueThreadPool",
+        "maxprocessoriterations",
+        int,
+        2,
+        "Large messages one of those queues has on their way to consumers at once (handed "
+        "to a client's egress and not yet written)",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "TopicThreadPool",
+        "maxthreads",
+        int,
+        4,
+        "Topics delivering large messages (above MemWatch.messagethreshold) at the "
+        "same time; the others wait until a delivery is written",
+        minimum=1,
+        maximum=1000,
+    ),
+    Parameter(
+        "TopicThreadPool",
+        "maxprocessoriterations",
+        int,
+        2,
+        "Large messages one of those topics has on their way to consumers at once (handed "
+        "to a client's egress and not yet written)",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "XATransactionController",
+        "defaulttimeout",
+        float,
+        60.0,
+        "Timeout of an XA branch whose BEGIN gives none (xa-timeout); a branch not "
+        "prepared within it is rolled back",
+        unit="s",
+        minimum=0.1,
+        maximum=30 * 86400.0,
+    ),
+    Parameter(
+        "MemWatch",
+        "maxmemory",
+        int,
+        512 * MIB,
+        "The server's memory: MemWatch's levels are fractions of it, measured as the "
+        "process's resident memory (which includes the interpreter, about 45 MB idle)",
+        unit="bytes",
+        minimum=16 * MIB,
+        maximum=1 << 44,
+    ),
+    Parameter(
+        "MemWatch",
+        "messagethreshold",
+        int,
+        65535,
+        "Frames with a larger body are read only after a memory check; smaller ones are "
+        "read without one (raising it speeds up small messages)",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 40,
+    ),
+    Parameter(
+        "MemWatch",
+        "whenfull",
+        str,
+        "wait",
+        "What the socket reader does with a large frame while memory is at the top "
+        "level: stop reading that client until memory is free, or disconnect it with "
+        "an ERROR",
+        choices=("wait", "disconnect"),
+    ),
+    Parameter(
+        "MemWatch",
+        "checkinterval",
+        float,
+        0.5,
+        "Time between two measurements of the server's memory",
+        unit="s",
+        minimum=0.01,
+        maximum=3600.0,
+    ),
+    Parameter(
+        "MemWatch",
+        "hysteresis",
+        float,
+        0.05,
+        "A level is left only once memory is this fraction of maxmemory below where it "
+        "begins (a level in config.xml may say its own with clear=)",
+        minimum=0.0,
+        maximum=0.5,
     ),
 ]
 

@@ -1,11 +1,14 @@
 """Reading config.xml through the parameter registry, and writing the default one.
 
 The file's shape: one element per parameter group, each parameter an attribute
-(``<VolQueueStoreImpl globalbytehighwatermark="16000000"/>``), and one
+(``<VolQueueStoreImpl globalbytehighwatermark="16000000"/>``), one
 ``<Pipeline domain="p2p|pubsub">`` element per chain listing its modules in
 order (``<module name="storage"/>`` for a built-in one,
-``<module class="package.module:Class"/>`` for your own). Anything unknown or
-out of range is refused with the file, line, parameter and what is allowed.
+``<module class="package.module:Class"/>`` for your own), and one
+``<MemoryLevels>`` element listing MemWatch's levels, each with its actions
+(``<level from="0.8"><action name="warn"/></level>``, the manual's levels by
+default). Anything unknown or out of range is refused with the file, line,
+parameter and what is allowed.
 """
 
 from __future__ import annotations
@@ -46,6 +49,48 @@ class ModuleSpec:
     where: str
 
 
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    """One ``<action>`` of a memory level: a built-in name or a class path, and the other
+    attributes as the action's options."""
+
+    reference: str
+    is_class_path: bool
+    options: tuple[tuple[str, str], ...]
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSpec:
+    """One ``<level>``: from ``start`` (a fraction of MemWatch.maxmemory), left below
+    ``clear`` (None: ``hysteresis`` below its start), and its actions."""
+
+    start: float
+    clear: float | None
+    actions: tuple[ActionSpec, ...]
+    where: str
+
+
+# The manual's MemWatch levels: level 1 from 50 % with an extra collection every 2 s,
+# level 2 from 80 % with one every 750 ms and a warning (and a note back at level 0).
+DEFAULT_MEMORY_LEVELS = (
+    (0.5, (("collect", (("interval", "2.0"),)),)),
+    (0.8, (("collect", (("interval", "0.75"),)), ("warn", ()))),
+)
+
+
+def default_memory_levels(source: str = "defaults") -> list[LevelSpec]:
+    return [
+        LevelSpec(
+            start,
+            None,
+            tuple(ActionSpec(name, False, options, source) for name, options in actions),
+            source,
+        )
+        for start, actions in DEFAULT_MEMORY_LEVELS
+    ]
+
+
 @dataclass
 class ServerConfig:
     """What config.xml (or the defaults) says."""
@@ -54,6 +99,7 @@ class ServerConfig:
     pipelines: dict[str, list[ModuleSpec]] = field(default_factory=dict)
     path: str | None = None
     command_line: frozenset[str] = frozenset()  # parameters the command line gave
+    memory_levels: list[LevelSpec] = field(default_factory=default_memory_levels)
 
 
 @dataclass
@@ -135,6 +181,7 @@ class _Reader:
         registry = self.registry
         settings = Settings(registry)
         pipelines = default_pipelines()
+        memory_levels = default_memory_levels()
         source = str(path) if path is not None else "defaults"
         if path is not None:
             try:
@@ -145,10 +192,16 @@ class _Reader:
             if root.tag != ROOT:
                 raise ConfigError(f"{source}:{root.line}", f"the root element must be <{ROOT}>")
             seen_pipelines: set[str] = set()
+            seen_levels = False
             for element in root.children:
                 where = f"{source}:{element.line}"
                 try:
-                    if element.tag == "Pipeline":
+                    if element.tag == "MemoryLevels":
+                        if seen_levels:
+                            raise ConfigError(where, "<MemoryLevels> is listed twice")
+                        seen_levels = True
+                        memory_levels = _read_levels(element, source)
+                    elif element.tag == "Pipeline":
                         domain, modules = _read_pipeline(element, where, source)
                         if domain in seen_pipelines:
                             raise ConfigError(where, f"the {domain} pipeline is listed twice")
@@ -175,7 +228,11 @@ class _Reader:
             self.fail(ConfigError(self.given[key], str(problem), key))
         given_here = frozenset(k for k, where in self.given.items() if where == "command line")
         return ServerConfig(
-            settings, pipelines, str(path) if path is not None else None, given_here
+            settings,
+            pipelines,
+            str(path) if path is not None else None,
+            given_here,
+            memory_levels,
         )
 
     def _read_group(self, element: _Element, where: str, settings: Settings) -> None:
@@ -185,7 +242,7 @@ class _Reader:
             raise ConfigError(
                 where,
                 f"unknown parameter group <{element.tag}>; known groups: "
-                + ", ".join(sorted(registry.groups()) + ["Pipeline"]),
+                + ", ".join(sorted(registry.groups()) + ["MemoryLevels", "Pipeline"]),
             )
         if element.children:
             raise ConfigError(where, f"<{group}> takes its parameters as attributes, not elements")
@@ -233,7 +290,62 @@ def _read_pipeline(element: _Element, where: str, source: str) -> tuple[str, lis
     return domain, modules
 
 
-def render_config(settings: Settings, pipelines: dict[str, list[ModuleSpec]] | None = None) -> str:
+def _read_levels(element: _Element, source: str) -> list[LevelSpec]:
+    """MemWatch's levels, from level 1 up: each starts above the one before."""
+    levels: list[LevelSpec] = []
+    for child in element.children:
+        where = f"{source}:{child.line}"
+        if child.tag != "level":
+            raise ConfigError(where, f"<MemoryLevels> holds <level> elements, not <{child.tag}>")
+        start = _fraction(child.attrs, "from", where)
+        if start is None:
+            raise ConfigError(where, "a <level> needs from= (a fraction of MemWatch.maxmemory)")
+        clear = _fraction(child.attrs, "clear", where)
+        if clear is not None and clear > start:
+            raise ConfigError(where, f"clear={clear:g} is above from={start:g}")
+        if levels and start <= levels[-1].start:
+            raise ConfigError(
+                where, f"from={start:g} must be above the level before it ({levels[-1].start:g})"
+            )
+        unknown = set(child.attrs) - {"from", "clear"}
+        if unknown:
+            raise ConfigError(where, f"a <level> takes from= and clear=, not {sorted(unknown)}")
+        actions = []
+        for item in child.children:
+            item_where = f"{source}:{item.line}"
+            if item.tag != "action":
+                raise ConfigError(
+                    item_where, f"a <level> holds <action> elements, not <{item.tag}>"
+                )
+            options = dict(item.attrs)
+            name, cls = options.pop("name", None), options.pop("class", None)
+            if bool(name) == bool(cls):
+                raise ConfigError(item_where, "an <action> needs exactly one of name= or class=")
+            actions.append(
+                ActionSpec(name or cls or "", bool(cls), tuple(options.items()), item_where)
+            )
+        levels.append(LevelSpec(start, clear, tuple(actions), where))
+    return levels
+
+
+def _fraction(attrs: dict[str, str], name: str, where: str) -> float | None:
+    text = attrs.get(name)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(where, f"{name}={text!r} is not a number") from None
+    if not 0 <= value <= 100:
+        raise ConfigError(where, f"{name}={text!r}: a fraction of MemWatch.maxmemory, 0 to 100")
+    return value
+
+
+def render_config(
+    settings: Settings,
+    pipelines: dict[str, list[ModuleSpec]] | None = None,
+    memory_levels: list[LevelSpec] | None = None,
+) -> str:
     """config.xml text for these settings, every parameter documented in a comment."""
     pipelines = pipelines or default_pipelines()
     lines = ['<?xml version="1.0" encoding="utf-8"?>', f"<{ROOT}>"]
@@ -243,6 +355,19 @@ def render_config(settings: Settings, pipelines: dict[str, list[ModuleSpec]] | N
             attr = "class" if spec.is_class_path else "name"
             lines.append(f"    <module {attr}={quoteattr(spec.reference)}/>")
         lines.append("  </Pipeline>")
+    lines.append(
+        "  <!-- MemWatch's levels, as fractions of MemWatch.maxmemory, with their actions -->"
+    )
+    lines.append("  <MemoryLevels>")
+    for level in memory_levels if memory_levels is not None else default_memory_levels():
+        clear = "" if level.clear is None else f" clear={quoteattr(f'{level.clear:g}')}"
+        lines.append(f"    <level from={quoteattr(f'{level.start:g}')}{clear}>")
+        for action in level.actions:
+            attr = "class" if action.is_class_path else "name"
+            options = "".join(f" {k}={quoteattr(v)}" for k, v in action.options)
+            lines.append(f"      <action {attr}={quoteattr(action.reference)}{options}/>")
+        lines.append("    </level>")
+    lines.append("  </MemoryLevels>")
     registry = settings.registry
     for group in registry.groups():
         lines.append("")

@@ -1,18 +1,25 @@
-"""Building a chain from config.xml's module list: built-in names and plug-in classes."""
+"""Building from config.xml: each pipeline's chain from its module list, and MemWatch's
+levels with their actions; built-in names and plug-in classes alike."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 from collections.abc import Callable
+from typing import TypeVar
 
-from wiremq.config.xmlconfig import ConfigError, ModuleSpec
+from wiremq.config.groups import MemWatchSettings
+from wiremq.config.xmlconfig import ConfigError, LevelSpec, ModuleSpec
 from wiremq.modules.admission import AdmissionModule
 from wiremq.modules.distributing import DistributingModule
+from wiremq.modules.memwatch import BUILTIN_ACTIONS, ActionContext, MemoryAction, MemoryLevel
 from wiremq.modules.pipeline import Chain, ModuleContext, PipelineModule
 from wiremq.modules.prioqueue import PrioQueueModule
+from wiremq.modules.runtime import Runtime
 from wiremq.modules.storage import StorageModule
 from wiremq.modules.transaction import TransactionModule
+
+T = TypeVar("T")
 
 BUILTIN: dict[str, type[PipelineModule]] = {
     cls.name: cls
@@ -36,18 +43,51 @@ def resolve(spec: ModuleSpec) -> type[PipelineModule]:
                 f"unknown module {spec.reference!r}; built-in modules: {', '.join(BUILTIN)}",
             )
         return cls
-    module_name, _, class_name = spec.reference.partition(":")
+    return load_class(spec.reference, spec.where, PipelineModule, "module")
+
+
+def load_class(reference: str, where: str, base: type[T], kind: str) -> type[T]:
+    """The class ``package.module:Class`` names, a concrete subclass of ``base`` (a
+    ``kind`` of plug-in, for messages)."""
+    module_name, _, class_name = reference.partition(":")
     try:
         found = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ConfigError(
-            spec.where, f"cannot load module class {spec.reference!r}: {error}"
-        ) from None
-    if not (isinstance(found, type) and issubclass(found, PipelineModule)):
-        raise ConfigError(spec.where, f"{spec.reference!r} is not a PipelineModule subclass")
+        raise ConfigError(where, f"cannot load {kind} class {reference!r}: {error}") from None
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ConfigError(where, f"{reference!r} is not a {base.__name__} subclass")
     if inspect.isabstract(found):
-        raise ConfigError(spec.where, f"{spec.reference!r} is abstract: it must implement handle")
+        raise ConfigError(where, f"{reference!r} is abstract: it must implement every method")
     return found
+
+
+def build_memory_levels(
+    specs: list[LevelSpec], settings: MemWatchSettings, runtime: Runtime
+) -> list[MemoryLevel]:
+    """MemWatch's levels with their actions made; a ConfigError names the line of an
+    unknown action or of options an action refuses."""
+    levels = []
+    for number, spec in enumerate(specs, 1):
+        clear = spec.clear if spec.clear is not None else spec.start - settings.hysteresis
+        actions = []
+        for action in spec.actions:
+            cls: type[MemoryAction] | None
+            if action.is_class_path:
+                cls = load_class(action.reference, action.where, MemoryAction, "memory action")
+            else:
+                cls = BUILTIN_ACTIONS.get(action.reference)
+                if cls is None:
+                    raise ConfigError(
+                        action.where,
+                        f"unknown memory action {action.reference!r}; built-in actions: "
+                        + ", ".join(BUILTIN_ACTIONS),
+                    )
+            try:
+                actions.append(cls(ActionContext(number, settings, runtime), dict(action.options)))
+            except ValueError as error:
+                raise ConfigError(action.where, f"action {action.reference!r}: {error}") from None
+        levels.append(MemoryLevel(spec.start, max(0.0, clear), actions))
+    return levels
 
 
 def build_chain(

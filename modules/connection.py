@@ -27,6 +27,7 @@ from wiremq.modules.errors import Refused
 from wiremq.modules.flow.egress_queues import Policy
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
+from wiremq.modules.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.permissions import CREATE, READ, Access
 from wiremq.modules.persistence import Persistence
@@ -43,16 +44,26 @@ from wiremq.modules.stomp.events import (
     Disconnect,
     Error,
     Receipt,
+    Recover,
+    Recovered,
     Request,
     Send,
     Subscribe,
+    TransactionError,
     Unsubscribe,
 )
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.modules.stomp.session import SessionSettings, StompSession
 from wiremq.modules.subscription import Subscription
 from wiremq.modules.topic import Topic
-from wiremq.modules.transaction import TransactionManager, Unit
+from wiremq.modules.transaction import (
+    Transaction,
+    TransactionManager,
+    Unit,
+    UnitOwner,
+    apply_acks,
+)
+from wiremq.modules.xa import XAController
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
 
@@ -95,6 +106,8 @@ class ConnectionServices:
     bounds: ClientBounds
     journal: Journal
     authenticator: Authenticator
+    memwatch: MemWatch
+    xa: XAController
 
 
 class ClientConnection:
@@ -142,6 +155,7 @@ class ClientConnection:
         self._sends_domain = ""
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
+        self._checked = -1  # the pending frame MemWatch checked (by the decoder's count)
         services.clients.add(self)
         services.addresses[self.address] += 1
 
@@ -188,8 +202,29 @@ class ClientConnection:
                 self._hold(events[index + 1 :])
                 return
         self._submit()
-        self.services.unfinished.held(self, self.session.decoder.buffered)
+        decoder = self.session.decoder
+        buffered = decoder.buffered
+        self.services.unfinished.held(self, buffered)
+        if buffered and decoder.completed != self._checked:
+            self._check_memory()
         self._check_connect_size()
+
+    def _check_memory(self) -> None:
+        """MemWatch's check before a large frame is read (once per frame)."""
+        decoder = self.session.decoder
+        services = self.services
+        size = decoder.pending_size
+        if size <= services.memwatch.settings.messagethreshold:
+            return
+        self._checked = decoder.completed
+        if not services.memwatch.check_frame(self, size):
+            self.fail(
+                Refused(
+                    "server memory full",
+                    f"a frame of {size} bytes arrived while the server's memory is at its "
+                    "top level (MemWatch.whenfull is disconnect)",
+                )
+            )
 
     def _check_connect_size(self) -> None:
         """Until CONNECT is read, a client may only make the server hold a little."""
@@ -257,6 +292,13 @@ class ClientConnection:
         self.fail(refusal, unit.receipt)
         self._done(None)
 
+    def transaction_discarded(self, name: str, refusal: Refused) -> None:
+        """A transaction of this client was discarded: it is told at once (its COMMIT
+        will fail with the same ERROR)."""
+        data = self.session.send(TransactionError(name, refusal.message, refusal.detail))
+        if data:
+            self.egress.push(data)
+
     def _done(self, receipt: str | None, count: int = 1) -> None:
         """``count`` pieces of this client's work are done; ``receipt`` is sent."""
         self.inflight -= count
@@ -323,6 +365,7 @@ class ClientConnection:
         services = self.services
         services.destinations.forget_producer(self)
         services.unfinished.forget(self)
+        services.memwatch.forget(self)
         if self in services.clients:
             services.clients.discard(self)
             services.addresses[self.address] -= 1
@@ -635,31 +678,117 @@ class ClientConnection:
     # -- transactions --------------------------------------------------------------------
 
     def _begin(self, event: Begin) -> None:
-        self.services.transactions.begin(self, event.transaction)
+        xa = event.headers.get("xa")
+        if xa is None:
+            self.services.transactions.begin(self, event.transaction)
+        elif xa == "start":
+            self.services.xa.start(self, event.transaction, event.headers.get("xa-timeout"))
+        elif xa == "join":
+            self.services.xa.join(self, event.transaction)
+        else:
+            raise ProtocolError("invalid xa header", "BEGIN takes xa:start or xa:join")
         self._receipt(event)
 
     def _abort(self, event: Abort) -> None:
-        self.services.transactions.abort(self, event.transaction)
-        self._receipt(event)
+        """ABORT of a standard transaction, or the rollback of an XA branch (plain, or
+        ``xa:rollback``); a prepared branch's RECEIPT follows its rollback's commit."""
+        xa = event.headers.get("xa")
+        xid = event.transaction
+        transactions = self.services.transactions
+        found = transactions.find(self, event.transaction)
+        if xa is None and found is not None and not found.xa:
+            transactions.abort(self, event.transaction)
+            self._receipt(event)
+        elif xa in (None, "rollback"):
+            self._answer_later(
+                event, lambda done, failed: self.services.xa.rollback(self, xid, done, failed)
+            )
+        else:
+            raise ProtocolError("invalid xa header", "ABORT takes xa:rollback")
 
     def _commit(self, event: Commit) -> None:
+        xa = event.headers.get("xa")
+        xid = event.transaction
+        receipt = event.headers.get("receipt")
+        transactions = self.services.transactions
+        if xa is None:
+            found = transactions.find(self, event.transaction)
+            if found is not None and found.xa:
+                raise Refused(
+                    "XA protocol error",
+                    f"COMMIT of XA branch {event.transaction!r} says what to do: xa:end, "
+                    "xa:prepare, xa:commit or xa:onephase",
+                )
+            transaction = transactions.take(self, event.transaction)
+            self.commit_unit(transaction, StoreTransaction(), self, receipt)
+            return
+        controller = self.services.xa
+        if xa == "end":
+            controller.end(self, event.transaction)
+            self._receipt(event)
+        elif xa == "prepare":
+            self._answer_later(
+                event, lambda done, failed: controller.prepare(self, xid, done, failed)
+            )
+        elif xa in ("commit", "onephase"):
+            controller.commit(self, event.transaction, xa == "onephase", self._unit(receipt), self)
+        else:
+            raise ProtocolError(
+                "invalid xa header", "COMMIT takes xa:end, xa:prepare, xa:commit or xa:onephase"
+            )
+
+    def _answer_later(
+        self,
+        event: Request,
+        call: Callable[[Callable[[], None], Callable[[Refused], None]], None],
+    ) -> None:
+        """Run ``call(done, failed)`` for a request answered later: its RECEIPT when
+        ``done``, an ERROR naming it when ``failed``; it counts as work in progress until
+        then (unless ``call`` refuses it at once)."""
+        receipt = event.headers.get("receipt")
+
+        def failed(refusal: Refused) -> None:
+            self.fail(refusal, receipt)
+            self._done(None)
+
+        self.inflight += 1
+        try:
+            call(lambda: self._done(receipt), failed)
+        except (Refused, ProtocolError):
+            self.inflight -= 1
+            raise
+
+    def _recover(self, event: Recover) -> None:
+        reply = Recovered(event.headers["receipt"], self.services.xa.recover())
+        data = self.session.send(reply)
+        if data:
+            self.egress.push(data)
+
+    def _unit(
+        self, receipt: str | None
+    ) -> Callable[[Transaction, StoreTransaction, UnitOwner], None]:
+        return lambda transaction, changes, owner: self.commit_unit(
+            transaction, changes, owner, receipt
+        )
+
+    def commit_unit(
+        self,
+        transaction: Transaction,
+        changes: StoreTransaction,
+        owner: UnitOwner,
+        receipt: str | None,
+    ) -> None:
+        """Apply the transaction's acknowledgements and send its messages on as one
+        ``Unit`` whose store transaction also makes ``changes``; ``owner`` is told how it
+        ended (a RECEIPT or an ERROR to this client)."""
         services = self.services
-        transaction = services.transactions.take(self, event.transaction)
-        changes = []
-        taken = []
-        for ack in transaction.acks:
-            applied = ack()
-            if applied is not None:
-                subscription, messages, change = applied
-                changes.append(change)
-                if messages:
-                    taken.append((subscription, messages))
+        acknowledged, taken = apply_acks(transaction.acks)
         unit = Unit(
-            self,
-            event.transaction,
-            event.headers.get("receipt"),
+            owner,
+            transaction.name,
+            receipt,
             transaction.messages,
-            StoreTransaction.merged(changes),
+            StoreTransaction.merged([*acknowledged, changes]),
             taken,
             services.persistence,
             services.runtime.now_ms(),
@@ -734,6 +863,7 @@ _HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {
     Begin: ClientConnection._begin,
     Commit: ClientConnection._commit,
     Abort: ClientConnection._abort,
+    Recover: ClientConnection._recover,
     Disconnect: ClientConnection._disconnect,
 }
 

@@ -14,11 +14,20 @@ from pathlib import Path
 
 import structlog
 
-from wiremq.config.groups import ClientBounds, ListenerSettings, ServerSettings, SpoolSettings
+from wiremq.config.groups import (
+    ClientBounds,
+    ListenerSettings,
+    MemWatchSettings,
+    ServerSettings,
+    SpoolSettings,
+    TransactionMemorySettings,
+    WorkPoolSettings,
+    XASettings,
+)
 from wiremq.config.settings import Settings
-from wiremq.config.xmlconfig import DOMAINS, ModuleSpec
+from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
 from wiremq.modules.authentication import Authenticator
-from wiremq.modules.catalog import build_chain
+from wiremq.modules.catalog import build_chain, build_memory_levels
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
 from wiremq.modules.destination import DestinationServices
 from wiremq.modules.destinations import Destinations
@@ -26,11 +35,13 @@ from wiremq.modules.durable import ReplayManager
 from wiremq.modules.egress import Egress
 from wiremq.modules.expiry import Expiry
 from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.journal.recorder import Journal, RecordingJournal
 from wiremq.modules.journal.schema import SERVER_STOPPED
+from wiremq.modules.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
@@ -40,6 +51,8 @@ from wiremq.modules.stomp.session import SessionSettings
 from wiremq.modules.subscription import UnackedLimit
 from wiremq.modules.transaction import TransactionManager
 from wiremq.modules.users import Users, UsersFile
+from wiremq.modules.workpool import WorkPool, WorkPools
+from wiremq.modules.xa import PREPARED_AREA, XAController
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
 
@@ -56,8 +69,12 @@ class Core:
         store: MessageStore | None,
         pipelines: dict[str, list[ModuleSpec]],
         journal_folder: Path | None = None,
+        memory_levels: list[LevelSpec] | None = None,
+        measure_memory: Callable[[], int] | None = None,
     ) -> None:
-        """``journal_folder``: where the audit journal is written (none: not written)."""
+        """``journal_folder``: where the audit journal is written (none: not written);
+        ``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
+        process's resident bytes (None: MemWatch goes by its estimate)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
@@ -79,6 +96,18 @@ class Core:
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
         self.volatile: VolQueueStore[Message] = VolQueueStore()
+        memwatch = MemWatchSettings.read(settings, "MemWatch")
+        self.pools = WorkPools(
+            *(
+                WorkPool(
+                    group,
+                    WorkPoolSettings.read(settings, group),
+                    memwatch.messagethreshold,
+                    runtime,
+                )
+                for group in ("QueueThreadPool", "TopicThreadPool")
+            )
+        )
         self.destinations = Destinations(
             DestinationServices(
                 settings,
@@ -90,6 +119,7 @@ class Core:
                 self.replays,
                 self.volatile,
                 self.journal,
+                self.pools,
             )
         )
         destinations.append(self.destinations)
@@ -97,7 +127,12 @@ class Core:
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
         bounds = ClientBounds.read(settings, "StompListener")
-        self.transactions = TransactionManager(bounds.maxtransactions, self.journal)
+        self.transactions = TransactionManager(
+            bounds.maxtransactions,
+            TransactionMemorySettings.read(settings, "TransactionMemSizeManager"),
+            runtime.monotonic,
+            self.journal,
+        )
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
                 domain, pipelines[domain], lambda domain=domain: self.module_context(domain)
@@ -105,6 +140,26 @@ class Core:
         self.clients: set[ClientConnection] = set()
         self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
         self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
+        self.memwatch = MemWatch(
+            memwatch,
+            build_memory_levels(
+                memory_levels if memory_levels is not None else default_memory_levels(),
+                memwatch,
+                runtime,
+            ),
+            runtime,
+            measure_memory,
+            self.memory_estimate,
+        )
+        self.unfinished = UnfinishedFrames(bounds.maxunfinishedbytes, bounds.maxconnections)
+        self.xa = XAController(
+            XASettings.read(settings, "XATransactionController"),
+            self.transactions,
+            self.persistence,
+            self.destinations,
+            self.pipelines.submit,
+            runtime,
+        )
         self.connection_services = ConnectionServices(
             SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
             runtime,
@@ -115,10 +170,12 @@ class Core:
             self.persistence,
             self.clients,
             Counter(),
-            UnfinishedFrames(bounds.maxunfinishedbytes),
+            self.unfinished,
             bounds,
             self.journal,
             self.authenticator,
+            self.memwatch,
+            self.xa,
         )
 
         self.operations = Operations(
@@ -152,14 +209,20 @@ class Core:
 
     def restore(self) -> None:
         """Recreate the queues that have stored messages (read back on demand), count what
-        the store holds in its watermarks, and load the durable subscriptions."""
+        the store holds in its watermarks, load the durable subscriptions and the prepared
+        XA branches."""
         if self.persistence is None or self.store is None:
             return
         store = self.store
-        queues = [name for name in store.destinations(QUEUE_PREFIX) if store.count(name)[0]]
+        queues = [
+            name
+            for name in store.destinations(QUEUE_PREFIX)
+            if name != PREPARED_AREA and store.count(name)[0]
+        ]
         self.destinations.restore(queues)
         self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
         subscriptions = self.persistence.load_durable_subscriptions()
+        self.xa.restore(store)
         log.info(
             "broker.restored",
             queues=len(queues),
@@ -186,6 +249,26 @@ class Core:
         """A new client connection (``certificate``: see ``ClientConnection``)."""
         return ClientConnection(self.connection_services, egress, peer, reader, now, certificate)
 
+    def memory_estimate(self) -> dict[str, int]:
+        """The bytes the server knows it holds, by where (an estimate: a message in a
+        live buffer and in a client's egress counts in both, an egress entry by its work
+        units of 2,048 bytes)."""
+        flow = self.flow
+        persistence = self.persistence
+        return {
+            "unfinished frames": self.unfinished.total,
+            "open transactions": self.transactions.memory.total,
+            "pipeline buffers": sum(
+                gate.gauge.bytes for domain in DOMAINS for gate in flow.gates[domain][2:]
+            )
+            + self.spool.pending.total_bytes(),
+            "queue live buffers": persistence.cache_bytes if persistence is not None else 0,
+            "VolQueueStore": flow.volatile.gauge.bytes,
+            "topic live buffers": flow.live.gauge.bytes,
+            "durable replays": self.replays.reading_bytes,
+            "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
+        }
+
     def flow_state(self) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view."""
         return {
@@ -193,15 +276,21 @@ class Core:
             "queues": [q.state() for q in self.destinations.queues.values()],
             "topics": [t.state() for t in self.destinations.topics.values()],
             "clients": [c.state() for c in self.clients],
-            "unfinished_frame_bytes": self.connection_services.unfinished.total,
-            "unfinished_frame_bytes_peak": self.connection_services.unfinished.peak,
+            "unfinished_frame_bytes": self.unfinished.total,
+            "unfinished_frame_bytes_peak": self.unfinished.peak,
+            "memory": self.memwatch.state(),
+            "transactions": {
+                **self.transactions.memory.state(),
+                **self.transactions.state(),
+                "xa": self.xa.state(),
+            },
+            "work_pools": self.pools.state(),
             "delivered_unacked": self.unacked.count,
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
             "journal": self.journal.statistics(),
-            "transactions": self.transactions.state(),
             "totals": {
                 **self.destinations.totals(),
                 "connections": len(self.clients),

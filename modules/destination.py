@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from wiremq.modules.journal.recorder import Journal
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.subscription import Subscription, UnackedLimit
+    from wiremq.modules.workpool import WorkPools
     from wiremq.stores.volqueue import VolQueueStore
 
 
@@ -53,6 +54,7 @@ class DestinationServices:
     replays: ReplayManager
     volatile: VolQueueStore[Message]
     journal: Journal
+    pools: WorkPools
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:

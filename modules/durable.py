@@ -3,8 +3,9 @@
 A durable subscriber that comes back first catches up from the store, in
 batches of replaymsgamount messages / replaybyteamount bytes with replaysleep
 between batches, with at most DurableTopicSubscriberThreadPool.maxthreads
-replays running at once and DurableTopicSubscriptionManager
-.globaldursubbytelimit bytes being read for all of them together. A replay
+replays running at once, each handing over at most its maxprocessoriterations
+messages per step, and DurableTopicSubscriptionManager.globaldursubbytelimit
+bytes being read for all of them together. A replay
 also waits while its client has more than one batch not yet written to its
 socket. Replayed messages are handed over only as the subscriber's window
 allows; the rest of a batch waits here.
@@ -46,9 +47,9 @@ class ReplayManager:
 
     def __init__(self, settings: Settings, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.max_replays = ReplayPoolSettings.read(
-            settings, "DurableTopicSubscriberThreadPool"
-        ).maxthreads
+        pool = ReplayPoolSettings.read(settings, "DurableTopicSubscriberThreadPool")
+        self.max_replays = pool.maxthreads
+        self.per_step = pool.maxprocessoriterations
         self.byte_budget = DurableLimitSettings.read(
             settings, "DurableTopicSubscriptionManager"
         ).globaldursubbytelimit
@@ -99,13 +100,16 @@ class ReplayManager:
         self._start_waiting()
 
     def _hand_over(self, subscription: Subscription) -> bool:
-        """Deliver read messages while the window allows; True when none are left."""
+        """Deliver read messages while the window allows, at most ``maxprocessoriterations``
+        in one step (the other replays get their turn); True when none are left."""
         pending = self._pending.get(subscription)
-        while pending:
+        for _ in range(self.per_step):
+            if not pending:
+                return True
             if not subscription.ready_for(pending[0]):
                 return False
             subscription.deliver(pending.popleft())
-        return True
+        return not pending
 
     def _step(self, topic: Topic, subscription: Subscription) -> None:
         if subscription not in self._positions:

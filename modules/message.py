@@ -128,6 +128,13 @@ class Message:
             wire[flavour] = cached
         return cached
 
+    def own_tail(self, flavour: str) -> bytes:
+        """``wire_tail`` for one delivery alone, not kept with the message: a large
+        message's (``workpool``), so that its copy lives only while that delivery waits."""
+        tail = self.wire_tail(flavour)
+        self._wire = None
+        return tail
+
     def expired(self, now_ms: int) -> bool:
         return self.expires != 0 and self.expires <= now_ms
 

@@ -92,6 +92,8 @@ class Subscription:
         "written_order",
         "journal",
         "record_delivery",
+        "pool",
+        "large",
     )
 
     def __init__(
@@ -129,6 +131,9 @@ class Subscription:
         self.skipped_upto = 0  # the last stored position it skipped live while replaying
         self.acked_position = 0  # a durable subscriber's acknowledged store position
         self.window_messages, self.window_bytes = window
+        # Large deliveries are bounded by the destination's work pool (``workpool``).
+        self.pool = destination.services.pools.of(destination.domain)
+        self.large = self.pool.large
         self.inflight_messages = 0
         self.inflight_bytes = 0
         self.waiting = False  # a destination skipped it for not being ready
@@ -151,6 +156,8 @@ class Subscription:
         ):
             return False
         if self.unacked is not None and self.limit.reached(self):
+            return False
+        if message.size > self.large and not self.pool.admits(self.destination):
             return False
         queues = self.egress.queues
         return queues.policy is DISCARD_OLDEST or queues.has_room(queue, message.size)
@@ -187,7 +194,11 @@ class Subscription:
         record = self.record_delivery
         if record is not None:
             record(self, message)
-        tail = message.wire_tail(self.flavour)
+        if message.size > self.large:
+            self.pool.take(self.destination)
+            tail = message.own_tail(self.flavour)
+        else:
+            tail = message.wire_tail(self.flavour)
         self.inflight_messages += 1
         self.inflight_bytes += message.size
         self.delivered += 1
@@ -216,6 +227,8 @@ class Subscription:
         """The writer put deliveries on the socket. In auto mode that frees their window
         slots and acknowledges them: a delivery never written (the client went away
         first) is not acknowledged, so a stored one is delivered again."""
+        if self.pool.in_progress:
+            self.pool.release(self.destination, messages)
         if self.written_order is not None:
             order = self.written_order
             for message in messages:
@@ -235,6 +248,7 @@ class Subscription:
         """The client's egress queue discarded a delivery (discard-oldest)."""
         message = entry.item
         assert isinstance(message, Message)
+        self.pool.release(self.destination, [message])
         if self.unacked is not None:
             if self.unacked.pop(message.message_id, None) is None:
                 return
@@ -252,6 +266,7 @@ class Subscription:
         will free them)."""
         self.ended = True
         messages = [entry.item for entry in self.egress.queues.withdraw(self)]
+        self.pool.release(self.destination, messages)  # type: ignore[arg-type]
         if self.unacked is None:
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)  # type: ignore[attr-defined]

@@ -50,6 +50,9 @@ class Topic(Destination):
         self.live = services.flow.live
         self.own_live: Watermark | None = None
         self._make_own_watermarks()
+        # A large message goes through the buffer: its deliveries take the topic pool's
+        # slots one subscriber at a time (``workpool``).
+        self.large = services.pools.topics.large
 
     def held(self, kind: str) -> tuple[int, int]:
         if kind == "TopicLiveBuffer":
@@ -64,8 +67,10 @@ class Topic(Destination):
             self.services.expiry.expired(self.name, [message])
             return
         consumers = self.consumers
-        if not self.buffer and all(
-            s.ready_for(message) or s.skips(message) for s in consumers
+        if (
+            not self.buffer
+            and message.size <= self.large
+            and all(s.ready_for(message) or s.skips(message) for s in consumers)
         ):  # the common case: everyone keeps up, nothing is buffered
             stored = message.store_seq
             if not consumers and not stored:

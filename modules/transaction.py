@@ -24,15 +24,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import structlog
 
+from wiremq.config.groups import TransactionMemorySettings
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.recorder import Journal
-from wiremq.modules.journal.schema import TRANSACTION_ABORTED, TRANSACTION_FAILED
+from wiremq.modules.journal.schema import (
+    TRANSACTION_ABORTED,
+    TRANSACTION_DISCARDED,
+    TRANSACTION_FAILED,
+)
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule, complete
+from wiremq.modules.txmemory import Candidate, TransactionMemory
 from wiremq.stores.api import Committed, StoreTransaction
 
 if TYPE_CHECKING:
@@ -45,42 +51,97 @@ log = structlog.get_logger("wiremq.transaction")
 NO_JOURNAL = Journal()
 
 
-class TransactionOwner(Protocol):
-    """The connection a transaction belongs to: told how its COMMIT ended."""
+class UnitOwner(Protocol):
+    """Who is told how a COMMIT ended."""
 
     def unit_completed(self, unit: Unit) -> None: ...
     def unit_failed(self, unit: Unit, refusal: Refused) -> None: ...
 
 
+class TransactionOwner(UnitOwner, Protocol):
+    """The connection a transaction belongs to: told how its COMMIT ended, told at once
+    when its transaction is discarded, and stopped while transactions hold too much."""
+
+    def transaction_discarded(self, name: str, refusal: Refused) -> None: ...
+    def stop_reading(self, reason: object) -> None: ...
+    def start_reading(self, reason: object) -> None: ...
+
+
 # An acknowledgement held until COMMIT: applied then, it returns the messages it took
 # from their consumer, their destination and what the store must change for it.
 HeldAck = Callable[[], "tuple[Subscription, list[Message], StoreTransaction] | None"]
+Taken = list["tuple[Subscription, list[Message]]"]  # messages acknowledgements took
 
 
-@dataclass
+def apply_acks(acks: list[HeldAck]) -> tuple[list[StoreTransaction], Taken]:
+    """Apply a transaction's held acknowledgements, in order: what each changes in the
+    store, and the messages they took from their consumers, by subscription."""
+    changes = []
+    taken = []
+    for ack in acks:
+        applied = ack()
+        if applied is not None:
+            subscription, messages, change = applied
+            changes.append(change)
+            if messages:
+                taken.append((subscription, messages))
+    return changes, taken
+
+
+@dataclass(eq=False)
 class Transaction:
-    """One open transaction of one connection."""
+    """One open transaction: what it holds until COMMIT, and whether it was discarded."""
+
+    xa: ClassVar[bool] = False
 
     name: str
-    owner: TransactionOwner
+    owner: TransactionOwner | None  # the connection it is on (None: an XA branch on none)
+    started: float  # monotonic time of its BEGIN
     messages: list[Message] = field(default_factory=list)
     acks: list[HeldAck] = field(default_factory=list)
+    nbytes: int = 0  # bytes of its messages, as the memory manager counts them
+    # Why it was discarded (it is then rollback-only: its COMMIT fails with this).
+    discarded: Refused | None = None
+
+    def candidate(self, now: float) -> Candidate:
+        """What the discard strategies know of it."""
+        return Candidate(id(self), self.xa, self.nbytes, len(self.messages), self.started)
+
+    def dropped(self) -> None:
+        """What it held was dropped (discarded or rolled back); XA branches say more."""
 
 
 class TransactionManager:
-    """Open transactions of every connection, and the transaction module of each pipeline."""
+    """Open transactions of every connection (standard ones, and the XA branches a
+    connection is associated with), the bytes they hold, and each domain's transaction
+    module."""
 
-    def __init__(self, per_connection: int, journal: Journal = NO_JOURNAL) -> None:
-        """``per_connection``: transactions one connection may have open at once."""
+    def __init__(
+        self,
+        per_connection: int,
+        memory: TransactionMemorySettings,
+        monotonic: Callable[[], float],
+        journal: Journal = NO_JOURNAL,
+    ) -> None:
+        """``per_connection``: transactions one connection may have open at once; ``journal``
+        records the messages of transactions aborted or discarded."""
         self.per_connection = per_connection
+        self.monotonic = monotonic
         self.journal = journal
         # Per connection, so that its transactions are counted and dropped without
         # looking at anyone else's.
         self._open: dict[TransactionOwner, dict[str, Transaction]] = {}
         self.modules: dict[str, TransactionModule] = {}  # domains whose chain has one
+        self.memory: TransactionMemory[Transaction] = TransactionMemory(
+            memory, self.discard, monotonic
+        )
+
+    def find(self, owner: TransactionOwner, name: str) -> Transaction | None:
+        """The transaction ``name`` of the connection, if it has one open."""
+        return self._open.get(owner, {}).get(name)
 
     def _require(self, owner: TransactionOwner, name: str) -> Transaction:
-        transaction = self._open.get(owner, {}).get(name)
+        transaction = self.find(owner, name)
         if transaction is None:
             raise Refused(
                 "unknown transaction", f"transaction {name!r} was not begun on this connection"
@@ -97,46 +158,112 @@ class TransactionManager:
         self._require(owner, name)
 
     def begin(self, owner: TransactionOwner, name: str) -> None:
+        transaction = Transaction(name, owner, self.monotonic())
+        self.associate(owner, transaction)
+        self.memory.opened(transaction)
+
+    def associate(self, owner: TransactionOwner, transaction: Transaction) -> None:
+        """Put ``transaction`` on the connection: its SENDs and ACKs name it from now on."""
         if not self.modules:
             raise Refused(
                 "transactions disabled", "no pipeline has a transaction module (see config.xml)"
             )
         mine = self._open.setdefault(owner, {})
-        if name in mine:
-            raise Refused("transaction already begun", f"transaction {name!r} is already open")
+        if transaction.name in mine:
+            raise Refused(
+                "transaction already begun", f"transaction {transaction.name!r} is already open"
+            )
         if len(mine) >= self.per_connection:
             raise Refused(
                 "too many transactions",
                 f"a connection may have {self.per_connection} transactions open at once",
             )
-        mine[name] = Transaction(name, owner)
+        mine[transaction.name] = transaction
+        transaction.owner = owner
+
+    def dissociate(self, transaction: Transaction) -> None:
+        """Take ``transaction`` off its connection (it stays open: an ended XA branch)."""
+        owner = transaction.owner
+        if owner is None:
+            return
+        mine = self._open[owner]
+        del mine[transaction.name]
+        if not mine:
+            del self._open[owner]
+        transaction.owner = None
 
     def count(self, owner: TransactionOwner) -> int:
         """Transactions ``owner`` has open."""
         return len(self._open.get(owner, ()))
 
     def hold(self, owner: TransactionOwner, name: str, message: Message) -> None:
-        self._require(owner, name).messages.append(message)
+        """Hold a SEND of the transaction until COMMIT; a discarded transaction drops it
+        (its COMMIT fails anyway)."""
+        transaction = self._require(owner, name)
+        if transaction.discarded is None:
+            transaction.messages.append(message)
+            self.memory.add(transaction, message.size)
+        else:
+            self.journal.discarded((message,), TRANSACTION_DISCARDED)
 
     def hold_ack(self, owner: TransactionOwner, name: str, ack: HeldAck) -> None:
-        self._require(owner, name).acks.append(ack)
+        transaction = self._require(owner, name)
+        if transaction.discarded is None:
+            transaction.acks.append(ack)
 
     def take(self, owner: TransactionOwner, name: str) -> Transaction:
-        """End a transaction for COMMIT: what it holds is the caller's now."""
+        """End a transaction for COMMIT: what it holds is the caller's now. A discarded
+        one is refused, saying why it was discarded."""
         transaction = self._require(owner, name)
-        mine = self._open[owner]
-        del mine[name]
-        if not mine:
-            del self._open[owner]
+        self.end(transaction)
+        if transaction.discarded is not None:
+            raise transaction.discarded
         return transaction
 
+    def end(self, transaction: Transaction) -> None:
+        """The transaction is over (committed, aborted or rolled back): it leaves its
+        connection and no longer counts in the memory held."""
+        self.dissociate(transaction)
+        self.memory.released(transaction)
+
     def abort(self, owner: TransactionOwner, name: str) -> None:
-        self.journal.discarded(self.take(owner, name).messages, TRANSACTION_ABORTED)
+        transaction = self._require(owner, name)
+        self.end(transaction)
+        self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
+        transaction.dropped()
 
     def abort_all(self, owner: TransactionOwner) -> None:
         """Drop every open transaction of a connection that went away."""
-        for transaction in self._open.pop(owner, {}).values():
+        for transaction in list(self._open.get(owner, {}).values()):
+            self.end(transaction)
             self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
+            transaction.dropped()
+        self.memory.forget(owner)
+
+    def discard(self, transaction: Transaction, refusal: Refused) -> None:
+        """Discard an open transaction: to free memory (the reduce strategy chose it), or
+        an XA branch past its timeout. The one place this happens.
+
+        What it holds is dropped at once and it stays open as rollback-only: its
+        later SENDs are dropped, its COMMIT fails with ``refusal`` (its ABORT
+        succeeds); the connection it is on is told at once.
+        """
+        log.info(
+            "transaction.discarded",
+            transaction=transaction.name,
+            xa=transaction.xa,
+            messages=len(transaction.messages),
+            bytes=transaction.nbytes,
+            reason=refusal.detail,
+        )
+        self.journal.discarded(transaction.messages, TRANSACTION_DISCARDED)
+        transaction.messages = []
+        transaction.acks = []
+        transaction.discarded = refusal
+        self.memory.released(transaction)
+        transaction.dropped()
+        if transaction.owner is not None:
+            transaction.owner.transaction_discarded(transaction.name, refusal)
 
     def state(self) -> dict[str, int]:
         """Open transactions and what they hold, for the admin view."""
@@ -190,12 +317,12 @@ class Unit:
 
     def __init__(
         self,
-        owner: TransactionOwner,
+        owner: UnitOwner,
         name: str,
         receipt: str | None,
         messages: list[Message],
         changes: StoreTransaction,
-        taken: list[tuple[Subscription, list[Message]]],
+        taken: Taken,
         persistence: Persistence | None,
         now_ms: int,
     ) -> None:

@@ -49,6 +49,14 @@ log = structlog.get_logger("wiremq.server")
 JOURNAL_FOLDER = "journal"  # in the data folder
 
 
+_PROCESS = psutil.Process()
+
+
+def resident_memory() -> int:
+    """The server process's resident memory (RSS), in bytes: MemWatch's measured figure."""
+    return int(_PROCESS.memory_info().rss)
+
+
 class WiremqServer:
     """One message server: its core, its store and its STOMP listener."""
 
@@ -116,6 +124,8 @@ class WiremqServer:
                 self.store,
                 self.config.pipelines,
                 journal if JournalSettings.read(self.settings, "Journal").enabled else None,
+                self.config.memory_levels,
+                resident_memory,
             )
             self.core.restore()
             self._listen()
@@ -171,6 +181,7 @@ class WiremqServer:
 
     def _start_cleanups(self, core: Core) -> None:
         settings, runtime = self.settings, self.runtime
+        core.memwatch.start()
         destinations = core.destinations
         persistence = core.persistence
         assert persistence is not None
@@ -295,7 +306,9 @@ class WiremqServer:
             }
             for c in connections
         ]
-        state["memory"] = {"rss_bytes": self.process.memory_info().rss}
+        memory = state["memory"]  # MemWatch's figures
+        assert isinstance(memory, dict)
+        memory["rss_bytes"] = self.process.memory_info().rss
         state["server"] = {
             "started_at": self.started_at,
             "uptime": round(time.time() - self.started_at, 3),
@@ -324,6 +337,7 @@ class WiremqServer:
         for cleanup in self.cleanups:
             cleanup.stop()
         if self.core is not None:
+            self.core.memwatch.stop()
             self.core.stopped()
         yield self.runtime.stop_workers()
         if self.store is not None:

@@ -61,16 +61,23 @@ class ThreadWorker:
         self._jobs.put((call, done, failed))
 
     def _run(self) -> None:
-        call_from_thread = self.runtime.reactor.callFromThread
         jobs = self._jobs
         while (job := jobs.get()) is not None:
-            call, done, failed = job
-            try:
-                result = call()
-            except Exception as error:  # handed to ``failed`` on the reactor
-                call_from_thread(self._deliver, False, error, done, failed)
-            else:
-                call_from_thread(self._deliver, True, result, done, failed)
+            self._run_one(*job)
+            del job  # held while waiting for the next one, it would keep its messages
+
+    def _run_one(
+        self,
+        call: Callable[[], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[Exception], None],
+    ) -> None:
+        try:
+            result = call()
+        except Exception as error:  # handed to ``failed`` on the reactor
+            self.runtime.reactor.callFromThread(self._deliver, False, error, done, failed)
+        else:
+            self.runtime.reactor.callFromThread(self._deliver, True, result, done, failed)
 
     def _deliver(
         self,

@@ -7,6 +7,13 @@ drains. Each drain moves whole messages, by strict priority, while less than
 the bound has been moved (the whole-message rule of a byte-bounded transmit
 queue); while paused, frames wait in the egress queues, where flow control
 sees them. A MESSAGE written after discards carries ``discarded:<count>``.
+
+A frame larger than the bound (only the last frame of a drain can be: whole
+frames are taken while less than the bound was) is streamed: written a bound's
+worth at a time as the transport drains, from a view of its bytes, instead of
+being handed to the transport whole, which would copy it once or twice more
+(joined with what precedes it, and its unsent rest). Nothing else is written
+to the client until it is done.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class SocketWriter:
         self.close_grace = close_grace
         self.paused = False
         self.stopped = False
+        self.streaming: memoryview | None = None  # the rest of a large frame being written
         # A plain TCP socket is written to directly while the transport holds nothing
         # (``_send``); any other transport (TLS, say) only through the transport.
         self.direct = isinstance(transport, Connection)
@@ -72,17 +80,20 @@ class SocketWriter:
             self._close(egress)  # a slow subscriber is dropped without waiting for it
             return
         if self.paused or self.stopped:
-            if self.paused and queues.pending:
+            if self.paused and (queues.pending or self.streaming is not None):
                 self.slowness.blocked()  # data to send, and the client's window is closed
             return
+        if self.streaming is not None and not self._stream():
+            return  # the rest of a large frame goes first; on once the transport drains
         if queues.pending:
-            transport = self.transport
-            if self.direct and not transport.dataBuffer and not transport._tempDataBuffer:
-                self._send(egress.write_out(self.bound))
-                if queues.pending:  # the next bound's worth waits in the transport
-                    transport.writeSequence(egress.write_out(self.bound))
+            if self._empty():
+                self._write(egress.write_out(self.bound))
+                if queues.pending and self.streaming is None:
+                    self._write(egress.write_out(self.bound))  # the next bound's worth waits
             else:
-                transport.writeSequence(egress.write_out(self.bound))
+                self._write(egress.write_out(self.bound))
+            if self.streaming is not None:
+                return
             if queues.pending:  # more than one bound's worth: go on once written
                 if not egress.queued:
                     egress.queued = True
@@ -90,6 +101,39 @@ class SocketWriter:
                 return
         if egress.close_requested:
             self._close(egress)
+
+    def _empty(self) -> bool:
+        """Whether a plain TCP transport holds nothing (then the socket is written at once)."""
+        transport = self.transport
+        return self.direct and not transport.dataBuffer and not transport._tempDataBuffer
+
+    def _write(self, parts: list[bytes]) -> None:
+        """Write the frames' bytes; a last part larger than the bound is streamed."""
+        large = len(parts[-1]) > self.bound if parts else False
+        if large:
+            self.streaming = memoryview(parts.pop())
+        if parts:
+            if self._empty():
+                self._send(parts)
+            else:
+                self.transport.writeSequence(parts)
+        if large:
+            self._stream()
+
+    def _stream(self) -> bool:
+        """Write the large frame's next pieces until the transport is over its bound
+        (Twisted pauses this producer then); True once the frame is all written."""
+        view = self.streaming
+        assert view is not None
+        bound = self.bound
+        while view and not self.paused and not self.stopped:
+            piece, view = view[:bound], view[bound:]
+            if self._empty():
+                self._send([piece])  # type: ignore[list-item]
+            else:
+                self.transport.write(piece.tobytes())
+        self.streaming = view or None
+        return self.streaming is None
 
     def _send(self, parts: list[bytes]) -> None:
         """Hand the bytes to the socket now; what it does not take waits in the transport.
@@ -126,7 +170,7 @@ class SocketWriter:
 
     def pauseProducing(self) -> None:
         self.paused = True
-        if self.egress.queues.pending:
+        if self.egress.queues.pending or self.streaming is not None:
             self.slowness.blocked()
 
     def resumeProducing(self) -> None:

@@ -27,7 +27,7 @@ bookkeeping only, no message content).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -327,20 +327,28 @@ class WalStore:
         transactions = messages = records = 0
         while (start := self._applied()) < upto:
             batch = self._wal.records(start, upto, self._catch_up_bytes)
+            records += len(batch)
             queue_ops: list[tuple[int, list[Op]]] = []
             topic_ops: list[tuple[int, list[Op]]] = []
-            for lsn, payload in batch:
-                count, ops = decode(payload)
+            for lsn, (count, ops) in _decoded(batch):
                 transactions += count
                 for_queues, for_topics = split(ops)
                 queue_ops.append((lsn, for_queues))
                 topic_ops.append((lsn, for_topics))
             for part, part_ops in zip(self._parts, (queue_ops, topic_ops), strict=True):
                 messages += part.apply(part_ops)
-            records += len(batch)
             if deadline is not None and self._clock() >= deadline:
                 break
         return transactions, messages, records
+
+
+def _decoded(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[int, tuple[Op, ...]]]]:
+    """Each record's LSN and decoded payload, in order; the list is emptied as it goes, so
+    that a record's bytes are let go of once decoded (a large message's are its size)."""
+    batch.reverse()
+    while batch:
+        lsn = batch[-1][0]
+        yield lsn, decode(batch.pop()[1])
 
 
 def _log_torn_tail(wal_dir: Path, torn: TornTail) -> None:

@@ -54,6 +54,9 @@ class Session(Generic[RootT]):
             self._tm.abort()
             raise
         finally:
+            # Trim the object cache to its bounds now rather than when the next unit
+            # begins: a large message's block would stay in memory until then.
+            self._connection.cacheGC()
             self._busy.release()
 
     @contextmanager

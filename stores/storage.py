@@ -21,6 +21,7 @@ from ZODB import DB
 
 from .errors import StoreOpenError
 from .filestorage import open_file_storage
+from .model import BLOCK_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,10 @@ class Location:
 
     ``connect_timeout`` bounds the wait for a ZEO or PostgreSQL server;
     ``cache_size`` is the number of objects each connection keeps in memory
-    (the index cache: raise it with indexcachesize).
+    (the index cache: raise it with indexcachesize), and at most as many bytes
+    as that many full message blocks take: a block holding one large message
+    (100 MiB, say) leaves the cache after the transaction that wrote or read
+    it, instead of staying until a thousand other objects have pushed it out.
     """
 
     uri: str
@@ -49,7 +53,7 @@ def open_database(location: Location) -> DB:
         )
     storage = opener(parts, connect_timeout)
     try:
-        return DB(storage, cache_size=cache_size)
+        return DB(storage, cache_size=cache_size, cache_size_bytes=cache_size * BLOCK_BYTES)
     except Exception as exc:
         storage.close()
         raise StoreOpenError(f"cannot open the database at {redact(uri)}: {exc}") from exc

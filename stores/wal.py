@@ -317,6 +317,10 @@ class WriteAheadLog:
         fd = os.open(path, os.O_RDWR)
         segment = Segment(self._next_lsn, path, size)
         with self._lock:
+            if self._segments and self._segments[-1].first == segment.first:
+                # The current segment held no record and had this name: the rename
+                # replaced it, and it must not be released (unlinked) over the new one.
+                self._segments.pop()
             self._segments.append(segment)
         if self._fd >= 0:
             os.close(self._fd)
@@ -413,7 +417,14 @@ class _Reader:
             size += len(payload)
             self._pos = end
             self.next_lsn += 1
+        self._forget_read()
         return found
+
+    def _forget_read(self) -> None:
+        """Let go of the mapped pages already read (they count in the process's memory
+        while mapped): a record of a large message is copied out and not read again."""
+        if self._map is not None and self._pos >= mmap.PAGESIZE:
+            self._map.madvise(mmap.MADV_DONTNEED, 0, self._pos - self._pos % mmap.PAGESIZE)
 
     def _enter(self, segment: Segment) -> None:
         if segment is self._segment:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from wiremq.config.groups import ClientBounds, EgressSettings, StoreSettings, WalSettings
+from wiremq.config.groups import (
+    ClientBounds,
+    EgressSettings,
+    StoreSettings,
+    TransactionMemorySettings,
+    WalSettings,
+)
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.modules.egress import Egress, Outbox
@@ -17,6 +23,7 @@ LIMITS = DecoderLimits(
     SETTINGS.get_int("StompListener", "maxheaderlength"),
 )
 BOUNDS = ClientBounds.read(SETTINGS, "StompListener")
+TRANSACTION_MEMORY = TransactionMemorySettings.read(SETTINGS, "TransactionMemSizeManager")
 EGRESS_LIMITS: tuple[QueueLimits, ...] = queue_limits(EgressSettings.read(SETTINGS, "ClientEgress"))
 
 

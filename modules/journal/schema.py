@@ -179,6 +179,7 @@ NO_SUBSCRIBERS = "no-subscribers"  # a topic message nobody subscribed to (nor s
 SUBSCRIBER_LEFT = "subscriber-left"  # the subscription ended before it was acknowledged
 TRANSACTION_ABORTED = "transaction-aborted"  # ABORT, or the connection went away
 TRANSACTION_FAILED = "transaction-failed"  # its COMMIT failed (ERROR); nothing applied
+TRANSACTION_DISCARDED = "transaction-discarded"  # the memory manager or an XA timeout did
 SERVER_STOPPED = "server-stopped"  # a non-persistent message still held at shutdown
 EXPIRED = "expired"  # why a message was dead-lettered
 PURGED = "purged"  # an operator purged (or deleted) its queue
@@ -190,6 +191,7 @@ REASONS = (
     SUBSCRIBER_LEFT,
     TRANSACTION_ABORTED,
     TRANSACTION_FAILED,
+    TRANSACTION_DISCARDED,
     SERVER_STOPPED,
     EXPIRED,
     PURGED,

@@ -21,6 +21,16 @@
  * character that needs escaping in some STOMP version (backslash, CR, LF,
  * colon) and there are at most MAX_TAIL_HEADERS of them; None otherwise, and
  * encoder.escaped_message_tail builds it.
+ *
+ * new_body(size) -> bytes;  fill(body, offset, data) -> copied
+ *
+ * A large body is copied into its bytes object as its pieces arrive, instead of
+ * keeping the pieces and joining them (and slicing the body out) once the frame is
+ * complete: the decoder holds the body once, not three times over. new_body makes
+ * a bytes object of that size whose content is not set yet (its pages are not
+ * touched until written); fill copies as much of data as fits from offset on. The
+ * decoder owns the object and hands it out only once it is full, so no one ever
+ * sees it change (nor hashes it before).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -398,7 +408,50 @@ not_plain:
     Py_RETURN_NONE;
 }
 
+static PyObject *
+new_body(PyObject *module, PyObject *arg)
+{
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "a body size cannot be negative");
+        }
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize(NULL, size);
+}
+
+static PyObject *
+fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "fill(body: bytes, offset: int, data: buffer)");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t offset = PyLong_AsSsize_t(args[1]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (offset < 0 || offset > size) {
+        PyErr_SetString(PyExc_ValueError, "offset outside the body");
+        return NULL;
+    }
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[2], &data, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Py_ssize_t copied = data.len < size - offset ? data.len : size - offset;
+    memcpy(PyBytes_AS_STRING(args[0]) + offset, data.buf, copied);
+    PyBuffer_Release(&data);
+    return PyLong_FromSsize_t(copied);
+}
+
 static PyMethodDef methods[] = {
+    {"new_body", (PyCFunction)new_body, METH_O,
+     "A bytes object of this size to fill (see the file's comment)."},
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL,
+     "Copy data into a body being filled from offset on; returns bytes copied."},
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "Decode the plain, complete frames of a buffer (see the file's comment)."},
     {"message_tail", (PyCFunction)(void (*)(void))message_tail, METH_FASTCALL,

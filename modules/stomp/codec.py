@@ -14,8 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from wiremq.modules.stomp._fast import scan
+from wiremq.modules.stomp._fast import fill, new_body, scan
 from wiremq.modules.stomp.frames import Frame, ProtocolError
+
+# A body declared (content-length) at least this large, and not complete in the bytes
+# at hand, is copied into its bytes object as its pieces arrive: held once, where
+# keeping the pieces, joining them and slicing the body out holds it up to three times
+# over. A smaller one is cheaper to join.
+FILL_FROM = 64 * 1024
 
 _ESCAPES_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 _ESCAPES_12 = {**_ESCAPES_11, "\\r": "\r"}
@@ -77,7 +83,8 @@ class FrameDecoder:
     depends on it; until then the decoder stops after each frame, so that the
     frames after CONNECT are decoded with the negotiated version (the session
     calls ``feed(b"")`` to go on). An incomplete frame's bytes are kept as a list of chunks and
-    joined only once enough have arrived, so a large body costs linear time.
+    joined only once enough have arrived, so a large body costs linear time; a large
+    body of known length is copied straight into its bytes object instead (``FILL_FROM``).
     """
 
     def __init__(self, limits: DecoderLimits) -> None:
@@ -88,11 +95,24 @@ class FrameDecoder:
         self._needed = 0  # bytes required before the pending frame can complete
         self._scanned = 0  # bytes of the pending frame already searched
         self._pending: _PendingFrame | None = None
+        self._body: bytes | None = None  # the pending frame's large body, being filled
+        self._filled = 0  # bytes of ``_body`` filled so far
+        self._head_size = 0  # bytes of the head of the frame whose body is being filled
+        self.completed = 0  # frames decoded so far (tells one pending frame from the next)
         self.error: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
+        return self._buffered
+
+    @property
+    def pending_size(self) -> int:
+        """The body size of the frame not yet complete: its content-length when its head
+        is read and says so, else the bytes held for it so far (0: none pending)."""
+        pending = self._pending
+        if pending is not None and pending.length is not None:
+            return pending.length
         return self._buffered
 
     def feed(self, data: bytes) -> list[Frame]:
@@ -106,9 +126,15 @@ class FrameDecoder:
             self.error = error
             if not frames:
                 raise
+        self.completed += len(frames)
         return frames
 
     def _decode(self, data: bytes, frames: list[Frame]) -> None:
+        if self._body is not None:
+            rest = self._fill_body(data, frames)
+            if rest is None:
+                return
+            data = rest
         if self._chunks:
             self._chunks.append(data)
             self._buffered += len(data)
@@ -159,6 +185,9 @@ class FrameDecoder:
                 body_end = pending.body_start + pending.length
                 if body_end >= end:
                     self._pending = pending
+                    if pending.length >= FILL_FROM and self.version is not None:
+                        self._start_body(pending, buf, pos, end)
+                        return
                     self._needed = body_end + 1 - pos
                     break
                 if buf[body_end] != 0:
@@ -182,6 +211,39 @@ class FrameDecoder:
             if self.version is None:
                 break
         self._keep_tail(buf, pos, end)
+
+    def _start_body(self, pending: _PendingFrame, buf: bytes, pos: int, end: int) -> None:
+        """Make the pending frame (from ``pos``) a body and copy into it what ``buf`` holds
+        of it; the frame's head counts as held too."""
+        assert pending.length is not None
+        body = self._body = new_body(pending.length)
+        self._filled = fill(body, 0, memoryview(buf)[pending.body_start : end])
+        self._head_size = pending.body_start - pos
+        self._chunks = []
+        self._buffered = self._head_size + self._filled
+        self._scanned = 0
+        self._needed = 0
+
+    def _fill_body(self, data: bytes, frames: list[Frame]) -> bytes | None:
+        """Copy ``data`` into the body being filled; once it is full and its NUL has come,
+        the frame is done and the bytes after it are returned (None: not done yet)."""
+        body = self._body
+        pending = self._pending
+        assert body is not None and pending is not None
+        used = fill(body, self._filled, data)
+        self._filled += used
+        self._buffered = self._head_size + self._filled
+        if self._filled < len(body) or used == len(data):
+            return None  # more body to come, or its NUL
+        if data[used] != 0:
+            raise ProtocolError(
+                "malformed frame", "body is not followed by NUL at its content-length"
+            )
+        frames.append(Frame(pending.command, pending.headers, body))
+        self._body = None
+        self._pending = None
+        self._filled = self._buffered = 0
+        return data[used + 1 :]
 
     def _keep_tail(self, buf: bytes, pos: int, end: int) -> None:
         """Keep the bytes of the incomplete frame, with offsets made relative to its start."""

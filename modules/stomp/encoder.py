@@ -57,6 +57,13 @@ def receipt(receipt_id: str, version: str) -> bytes:
     return b"RECEIPT\nreceipt-id:" + escape(receipt_id, version).encode() + b"\n\n\0"
 
 
+def recovered(receipt_id: str, xids: list[str], version: str) -> bytes:
+    """RECOVER's RECEIPT: how many XA branches are prepared, and their XIDs (XIDs hold
+    no comma)."""
+    headers = (("receipt-id", receipt_id), ("xa-count", str(len(xids))), ("xids", ",".join(xids)))
+    return encode_frame("RECEIPT", headers, b"", version)
+
+
 def error(
     message: str, detail: str, receipt_id: str | None, version: str, offer_versions: str = ""
 ) -> bytes:
@@ -67,6 +74,12 @@ def error(
         headers.append(("receipt-id", receipt_id))
     if offer_versions:
         headers.append(("version", offer_versions))
+    return encode_frame("ERROR", headers, (detail or message).encode(), version)
+
+
+def transaction_error(message: str, detail: str, transaction: str, version: str) -> bytes:
+    """An ERROR frame naming a transaction (``transaction`` header) the server discarded."""
+    headers = [("message", message), ("transaction", transaction), ("content-type", "text/plain")]
     return encode_frame("ERROR", headers, (detail or message).encode(), version)
 
 

@@ -70,6 +70,12 @@ class Abort(NamedTuple):
     headers: dict[str, str]
 
 
+class Recover(NamedTuple):
+    """RECOVER (wiremq's XA extension): which XA branches are prepared."""
+
+    headers: dict[str, str]
+
+
 class Disconnect(NamedTuple):
     headers: dict[str, str]
 
@@ -89,6 +95,7 @@ Request = (
     | Begin
     | Commit
     | Abort
+    | Recover
     | Disconnect
     | BadInput
 )
@@ -104,6 +111,13 @@ class Receipt(NamedTuple):
     receipt_id: str
 
 
+class Recovered(NamedTuple):
+    """RECOVER's answer: a RECEIPT listing the prepared XIDs (``xa-count``, ``xids``)."""
+
+    receipt_id: str
+    xids: list[str]
+
+
 class Error(NamedTuple):
     """The last frame of a connection: nothing is sent after it."""
 
@@ -112,8 +126,18 @@ class Error(NamedTuple):
     receipt_id: str | None
 
 
+class TransactionError(NamedTuple):
+    """An ERROR naming a transaction the server discarded, sent at once; unlike ``Error``
+    the connection stays open (wiremq's extension: the transaction's COMMIT fails with
+    the same ERROR, which then ends the connection)."""
+
+    transaction: str
+    message: str
+    detail: str
+
+
 class Heartbeat(NamedTuple):
     pass
 
 
-Reply = Connected | Receipt | Error | Heartbeat
+Reply = Connected | Receipt | Recovered | Error | TransactionError | Heartbeat

@@ -9,7 +9,9 @@ the events and writes the bytes. Time is passed in, so heart-beat rules are
 tested on a fake clock.
 
 Once the client broke the protocol (a ``BadInput`` event) or said DISCONNECT,
-nothing more is read; once an ERROR was encoded, nothing more is sent.
+nothing more is read; once an ERROR was encoded, nothing more is sent (but for
+the ERROR that names a discarded transaction, ``TransactionError``, after which
+the connection goes on).
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from wiremq.modules.stomp.events import (
     Disconnect,
     Heartbeat,
     Receipt,
+    Recover,
+    Recovered,
     Reply,
     Request,
     Send,
     Subscribe,
+    TransactionError,
     Unsubscribe,
 )
 from wiremq.modules.stomp.frames import VERSIONS, Frame, ProtocolError
@@ -99,6 +104,7 @@ class StompSession:
             "BEGIN": self._begin,
             "COMMIT": self._commit,
             "ABORT": self._abort,
+            "RECOVER": self._recover,
             "DISCONNECT": self._disconnect,
         }
 
@@ -170,6 +176,12 @@ class StompSession:
             return encoder.HEARTBEAT
         if isinstance(reply, Connected):
             return encoder.connected(version, SERVER_NAME, self.session_id, self.heart_beat)
+        if isinstance(reply, Recovered):
+            return encoder.recovered(reply.receipt_id, reply.xids, version)
+        if isinstance(reply, TransactionError):
+            return encoder.transaction_error(
+                reply.message, reply.detail, reply.transaction, version
+            )
         self.closed = True
         self.reading = False
         offer = ",".join(VERSIONS) if self.version is None else ""
@@ -290,6 +302,10 @@ class StompSession:
 
     def _abort(self, frame: Frame) -> Abort:
         return Abort(_require(frame, "transaction"), frame.headers)
+
+    def _recover(self, frame: Frame) -> Recover:
+        _require(frame, "receipt")  # the answer is a RECEIPT
+        return Recover(frame.headers)
 
     def _disconnect(self, frame: Frame) -> Disconnect:
         self.reading = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class Api:
     cookie: str | None = None
     csrf: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    tls: ssl.SSLContext | None = None  # HTTPS, checking the console's certificate with it
 
     def request(
         self,
@@ -72,7 +74,11 @@ class Api:
         if body is not None:
             payload = json.dumps(body).encode()
             sent.setdefault("Content-Type", "application/json")
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        connection = (
+            http.client.HTTPSConnection("127.0.0.1", self.port, timeout=30, context=self.tls)
+            if self.tls is not None
+            else http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        )
         try:
             connection.request(method, path, body=payload, headers=sent)
             response = connection.getresponse()

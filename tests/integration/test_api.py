@@ -78,7 +78,8 @@ def test_overview_and_state_come_from_the_query_api(console):
     overview = api.get("/api/overview")
     assert overview["server"]["stomp_port"] == server.port
     assert overview["memory"]["rss_bytes"] > 1_000_000
-    assert overview["transactions"] == {"open": 0, "messages": 0, "bytes": 0, "acks": 0}
+    transactions = overview["transactions"]
+    assert [transactions[k] for k in ("open", "messages", "bytes", "acks")] == [0, 0, 0, 0]
     state = api.get("/api/state")
     assert {"watermarks", "queues", "topics", "clients", "sockets", "totals"} <= set(state)
 
@@ -317,12 +318,13 @@ def test_a_state_change_without_the_csrf_token_is_refused(console):
 
 @pytest.fixture
 def with_users(reactor, start_server, tmp_path):
-    """A server whose data folder has a users file: one user of each role; STOMP clients
-    without a login may use every destination (the tests fill queues anonymously)."""
+    """A server whose data folder has a users file: one user of each role."""
     users = UsersFile(tmp_path / "data")
     for role in ("admin", "operator", "viewer"):
         users.set(role, f"{role}-pw", role)
-    users.grant(None, "anonymous", ">", ["read", "write", "create"])
+    # The console needs the logins; the STOMP clients here connect without one, and may do
+    # anything.
+    users.grant(None, "everyone", ">", ["read", "write", "create", "admin"])
     server = start_server(**{"Security.allowanonymous": "true"})
     return server, open_console(reactor, server)
 
@@ -494,3 +496,40 @@ def test_any_path_under_the_api_gets_an_answer_not_a_crash(console, segments, me
     answer = api.request(method, path, {} if method in ("PUT", "POST", "PATCH") else None)
     assert answer.status < 500, (path, answer.status, answer.body)
     assert answer.json["status"] == answer.status or answer.status == 200
+
+
+def test_a_users_destination_permissions_bound_what_the_console_lets_them_do(
+    reactor, start_server, tmp_path
+):
+    """Besides the role: reading a destination needs read, acting on it admin, and a
+    message moved needs write where it goes (docs/security.md)."""
+    users = UsersFile(tmp_path / "data")
+    users.set("ops", "ops-pw", "operator")
+    users.grant("ops", None, "/queue/mine.>", ["admin"])
+    users.grant("ops", None, "/queue/theirs", ["read"])
+    users.set("feeder", "feeder-pw", "viewer")
+    users.grant("feeder", None, ">", ["read", "write", "create"])
+    server = start_server()
+    api = open_console(reactor, server)
+    producer, recorder = connect(server.port, login="feeder", passcode="feeder-pw")
+    for destination in ("/queue/mine.a", "/queue/theirs"):
+        producer.send(destination, "m", receipt=destination)
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 2)
+    producer.disconnect()
+    ops = Api(api.port, auth=("ops", "ops-pw"))
+    mine, theirs = encoded("/queue/mine.a"), encoded("/queue/theirs")
+
+    [waiting] = ops.get(f"/api/destinations/{mine}/messages")["messages"]
+    assert len(ops.get(f"/api/destinations/{theirs}/messages")["messages"]) == 1  # read
+    refused = ops.request("POST", f"/api/destinations/{theirs}/purge")
+    assert refused.status == 403 and refused.error == "permission denied: admin /queue/theirs"
+    elsewhere = encoded("/queue/other")
+    assert ops.request("GET", f"/api/destinations/{elsewhere}/messages").status == 403
+    moved = ops.request(
+        "POST",
+        f"/api/destinations/{mine}/messages/{encoded(waiting['message_id'])}/move",
+        {"to": "/queue/theirs"},
+    )
+    assert moved.status == 403 and moved.error == "permission denied: write /queue/theirs"
+    assert ops.ok("POST", f"/api/destinations/{mine}/purge")["purged"] == 1
+    assert len(ops.get(f"/api/destinations/{theirs}/messages")["messages"]) == 1, "untouched"

@@ -1,4 +1,5 @@
-"""STOMP over TLS: stomp.py, Python's ssl client and openssl s_client; client certificates.
+"""STOMP over TLS: stomp.py, Python's ssl client and openssl s_client; client certificates;
+the console over HTTPS.
 
 Certificates are made for the run (``certificates.py``): an authority, the
 server's (localhost, 127.0.0.1), alice's, and a stranger's that claims to be
@@ -8,6 +9,7 @@ alice but is signed by another authority.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
 import ssl
 import subprocess
@@ -18,6 +20,7 @@ import stomp
 
 from tests.integration.certificates import Certificates, Pem, make_certificates
 from tests.integration.clients import TIMEOUT, RawClient, Recorder
+from tests.integration.console import Api, open_console
 from wiremq.config.groups import TlsSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
@@ -231,3 +234,26 @@ def test_a_certificate_that_names_no_user_is_a_failed_login(start_server, tmp_pa
     assert refused.headers["message"] == "login failed"
     assert "the certificate names no user" in refused.body.decode()
     assert alice.wait_closed()
+
+
+def test_the_console_serves_https_only_with_the_same_certificate(
+    reactor, start_server, tmp_path, certificates
+):
+    UsersFile(tmp_path / "data").set("ops", "ops-pw", "admin")
+    server = start_server(
+        **{
+            "Admin.tls": "true",
+            "TLS.certfile": str(certificates.server.cert),
+            "TLS.keyfile": str(certificates.server.key),
+        }
+    )
+    port = open_console(reactor, server).port
+    checked = ssl.create_default_context(cafile=str(certificates.ca))
+    api = Api(port, auth=("ops", "ops-pw"), tls=checked)
+    assert api.get("/api/session")["user"] == "ops"
+    login = Api(port, tls=checked).log_in("ops", "ops-pw")
+    assert login.status == 303 and "Secure" in login.headers["set-cookie"]
+    with pytest.raises(ssl.SSLCertVerificationError):  # a client that trusts another authority
+        Api(port, tls=ssl.create_default_context()).request("GET", "/api/session")
+    with pytest.raises((ConnectionError, http.client.HTTPException)):  # plain HTTP: no answer
+        Api(port, auth=("ops", "ops-pw")).request("GET", "/api/session")

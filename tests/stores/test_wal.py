@@ -17,6 +17,8 @@ from tests.defaults import WAL_OPTIONS, location
 from wiremq.stores import wal as wal_module
 from wiremq.stores.errors import StoreError, StoreOpenError
 from wiremq.stores.messagestore import WalStore
+from wiremq.stores.model import BLOCK_BYTES, BlockData
+from wiremq.stores.storage import Location
 from wiremq.stores.wal import HEADER, record_at
 
 from .store_fixtures import commit, message, recovery_events, send, stored_ids
@@ -162,6 +164,46 @@ def test_a_record_bigger_than_a_segment_gets_one_of_its_own(tmp_path: Path) -> N
     crash(store)
     store = open_store(tmp_path, segment_bytes=4096)
     assert stored_ids(store) == ["small", "big", "after"]
+    store.close()
+
+
+def test_a_big_record_that_replaces_an_empty_segment_is_kept(tmp_path: Path) -> None:
+    """The new segment of a record bigger than a segment takes the name of an empty one
+    (both are named after that record): the empty one must not be released over it."""
+    store = open_store(tmp_path, segment_bytes=4096)
+    send(store, message("big", body=b"b" * 10_000))
+    assert len(segments(tmp_path)) == 1
+    store._wal.release(0)  # nothing applied yet: nothing may go
+    crash(store)
+    store = open_store(tmp_path, segment_bytes=4096)
+    assert stored_ids(store) == ["big"]
+    store.catch_up(10.0)
+    send(store, message("after"))
+    store.close()
+    store = open_store(tmp_path, segment_bytes=4096)
+    assert stored_ids(store) == ["big", "after"]
+    store.close()
+
+
+def test_a_large_message_is_not_kept_in_the_database_caches(tmp_path: Path) -> None:
+    """Written by the catch-up and read back, a block over the cache's byte bound (as many
+    bytes as its object count of full blocks) leaves the cache again."""
+    small_cache = Location((tmp_path / "persqueue.fs").as_uri(), 10.0, 100)
+    store = WalStore(
+        tmp_path / "wal",
+        small_cache,
+        location((tmp_path / "topics.fs").as_uri()),
+        **{**WAL_OPTIONS, "segment_bytes": 1 << 16},
+    )
+    body = os.urandom(100 * BLOCK_BYTES + 1)
+    send(store, message("big", body=body))
+    store.catch_up(10.0)
+    batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=1)
+    assert [m.body for _, m in batch.messages] == [body]
+    store.catch_up(10.0)  # a later transaction: the cache is trimmed to its bounds
+    cache = store._parts[0].session._connection._cache
+    held = [o for _, o in cache.items() if isinstance(o, BlockData) and o._p_state >= 0]
+    assert held == [] and cache.total_estimated_size < 100 * BLOCK_BYTES
     store.close()
 
 

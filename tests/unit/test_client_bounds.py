@@ -79,7 +79,7 @@ class Client:
 
 
 def test_past_the_unfinished_bound_big_holders_stop_and_the_finisher_and_small_go_on():
-    frames = UnfinishedFrames(100)
+    frames = UnfinishedFrames(100, max_connections=10)
     big, bigger, small = Client(), Client(), Client()
     frames.held(big, 60)
     frames.held(small, 5)
@@ -93,7 +93,7 @@ def test_past_the_unfinished_bound_big_holders_stop_and_the_finisher_and_small_g
 
 
 def test_one_finisher_at_a_time_goes_on_past_the_bound_until_its_frame_is_done():
-    frames = UnfinishedFrames(100)
+    frames = UnfinishedFrames(100, max_connections=10)
     clients = [Client() for _ in range(3)]
     frames.held(clients[0], 50)
     frames.held(clients[1], 60)  # 110 held: the one holding the most finishes its frame
@@ -106,3 +106,27 @@ def test_one_finisher_at_a_time_goes_on_past_the_bound_until_its_frame_is_done()
     frames.forget(clients[2])  # gone: 51 held, under the bound
     assert frames.total == 51
     assert not clients[0].stops
+
+
+def test_connections_that_start_a_frame_once_the_bound_is_passed_share_what_is_left():
+    """Found as a flaky integration test: three connections passed the bound, then five
+    more each grew to the share of those holding any (the bound over 4, 5, ... holders),
+    holding far more than the bound plus one frame in all. A connection starting a frame
+    past the bound gets what the bound leaves, or its floor (the bound over the most
+    connections) if that is more."""
+    frames = UnfinishedFrames(800, max_connections=100)  # a floor of 8 each
+    early = [Client() for _ in range(3)]
+    for step in range(1, 31):  # each grows to 300 in reads of 10: 900 held
+        for client in early:
+            if not client.stops:
+                frames.held(client, step * 10)
+    late = [Client() for _ in range(5)]
+    held = dict.fromkeys(late, 0)
+    for _ in range(100):  # each reads 10 at a time while it is read
+        for client in late:
+            if not client.stops:
+                held[client] += 10
+                frames.held(client, held[client])
+    finisher_frame, read = 300, 10
+    assert frames.peak <= 800 + finisher_frame + read * 8 + 8 * 8, frames.peak
+    assert all(client.stops for client in late), "past the bound, they wait"

@@ -331,3 +331,39 @@ def test_a_cr_ending_the_last_value_before_crlf_lines_is_the_values(version):
     assert frame.headers["destination"] == "/q\r"
     [same] = decoder_with(LIMITS).feed(b"SEND\ndestination:/q\r\n\r\n\0")
     assert same.headers["destination"] == "/q"
+
+
+def test_a_large_body_is_held_once_while_it_arrives():
+    """A body of known length is copied into its bytes as it arrives: the decoder holds
+    it once, not as pieces plus their join plus the body sliced out of it."""
+    import tracemalloc
+
+    size = 8 * 1024 * 1024
+    head = b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % size
+    piece = bytes(range(256)) * 256  # 64 KiB, as a socket read brings
+    decoder = FrameDecoder(DecoderLimits(size, 10, 1024))
+    decoder.version = "1.2"
+    tracemalloc.start()
+    try:
+        assert decoder.feed(head) == []
+        assert decoder.pending_size == size
+        frames = []
+        for _ in range(size // len(piece)):
+            frames += decoder.feed(piece)
+            assert decoder.buffered <= len(head) + size
+        frames += decoder.feed(b"\0SEND\ndestination:/queue/b\n\nnext\0")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [f.body[:4] for f in frames] == [piece[:4], b"next"]
+    assert frames[0].body == piece * (size // len(piece))
+    assert decoder.buffered == 0 and decoder.pending_size == 0
+    assert peak < size * 1.2
+
+
+def test_a_large_body_not_followed_by_nul_is_refused():
+    decoder = FrameDecoder(LIMITS)
+    decoder.version = "1.2"
+    assert decoder.feed(b"SEND\ncontent-length:70000\n\n" + b"x" * 1000) == []
+    with pytest.raises(ProtocolError, match="malformed frame"):
+        decoder.feed(b"y" * 69000 + b"!")

@@ -286,3 +286,23 @@ def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
     data = b"".join(wires)
     assert _outcome(data, [], version, limits) == (expected, 0)
     assert _outcome(data, cuts, version, limits) == (expected, 0)
+
+
+@FUZZ
+@given(
+    data=st.lists(STOMPISH | st.binary(max_size=8), max_size=40).map(b"".join)
+    | streams(["encode_frame", "no-length", "crlf"]).map(lambda s: b"".join(s[1])),
+    cuts=st.lists(st.integers(min_value=0), max_size=8),
+    version=st.sampled_from(["1.0", "1.1", "1.2"]),
+    fill_from=st.integers(0, 8),
+)
+@example(data=b"SEND\ncontent-length:3\n\nabc\0SEND\n\n\0", cuts=[24], version="1.2", fill_from=1)
+@example(data=b"SEND\ncontent-length:3\n\nabcX", cuts=[23], version="1.2", fill_from=1)
+@example(data=b"SEND\ncontent-length:3\n\nab", cuts=[23], version="1.2", fill_from=1)
+def test_bodies_filled_in_place_decode_exactly_as_joined_ones(data, cuts, version, fill_from):
+    """Filling a body as its pieces arrive (any body from ``FILL_FROM`` bytes on) gives the
+    same frames and the same error as joining its pieces."""
+    joined = _outcome(data, cuts, version, LIMITS)
+    with patch.object(codec, "FILL_FROM", fill_from):
+        filled = _outcome(data, cuts, version, LIMITS)
+    assert filled == joined

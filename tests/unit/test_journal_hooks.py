@@ -160,6 +160,22 @@ def test_transactions_aborted_and_committed(make_net):
     assert story(records, lost) == ["received", "discarded:transaction-aborted"]
 
 
+def test_a_transaction_discarded_for_memory_drops_what_it_held_and_is_sent_later(make_net):
+    net = make_net({"TransactionMemSizeManager.uncommittedtxmemsizelimit": 1000}, journal=True)
+    producer = Peer(net, "producer")
+    producer.feed(frame("BEGIN", {"transaction": "big"}))
+    producer.send("/queue/q", "a" * 600, {"transaction": "big"})
+    producer.feed(frame("BEGIN", {"transaction": "small"}))
+    producer.send("/queue/q", "b" * 300, {"transaction": "small"})
+    producer.send("/queue/q", "c" * 200, {"transaction": "small"})  # past 1000: big goes
+    producer.send("/queue/q", "late", {"transaction": "big"})  # dropped: big is discarded
+    records = written(net)
+    big, small_1, small_2, late = ids_sent([r for r in records if r["event"] == "received"], 4)
+    assert story(records, big) == ["received", "discarded:transaction-discarded"]
+    assert story(records, late) == ["received", "discarded:transaction-discarded"]
+    assert story(records, small_1) == story(records, small_2) == ["received"]  # still open
+
+
 def test_a_refused_message_is_received_then_refused_with_the_reason(make_net):
     net = make_net(journal=True)
     producer = Peer(net, "producer")

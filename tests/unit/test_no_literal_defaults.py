@@ -135,6 +135,10 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.SecuritySettings: [("Security", "")],
     groups.TlsSettings: [("TLS", "")],
     groups.WebSocketSettings: [("WebSocketListener", "")],
+    groups.TransactionMemorySettings: [("TransactionMemSizeManager", "")],
+    groups.XASettings: [("XATransactionController", "")],
+    groups.MemWatchSettings: [("MemWatch", "")],
+    groups.WorkPoolSettings: [("QueueThreadPool", ""), ("TopicThreadPool", "")],
 }
 
 

@@ -15,8 +15,11 @@ from wiremq.modules.stomp.events import (
     Error,
     Heartbeat,
     Receipt,
+    Recover,
+    Recovered,
     Send,
     Subscribe,
+    TransactionError,
     Unsubscribe,
 )
 from wiremq.modules.stomp.frames import Frame
@@ -257,6 +260,24 @@ def test_nothing_is_sent_after_an_error():
     assert client.session.closed
     assert client.session.send(Receipt("late")) == b""
     assert client.send("SEND", {"destination": "/queue/a"}) == []
+
+
+def test_a_discarded_transactions_error_names_it_and_the_session_goes_on():
+    client = connected("1.2")
+    notice = client.reply(TransactionError("t:1", "transaction discarded", "too big"))
+    assert notice.command == "ERROR" and notice.headers["transaction"] == "t:1"
+    assert notice.headers["message"] == "transaction discarded" and notice.body == b"too big"
+    assert not client.session.closed
+    assert client.reply(Receipt("after")).headers["receipt-id"] == "after"
+
+
+def test_recover_needs_a_receipt_and_its_answer_lists_the_prepared_xids():
+    client = connected("1.2")
+    [event] = client.send("RECOVER", {"receipt": "r"})
+    assert isinstance(event, Recover)
+    answer = client.reply(Recovered("r", ["1:a:b", "1:c:d"]))
+    assert answer == Frame("RECEIPT", {"receipt-id": "r", "xa-count": "2", "xids": "1:a:b,1:c:d"})
+    assert bad(connected("1.2").send("RECOVER")) == "missing receipt header"
 
 
 # -- heart-beats -----------------------------------------------------------------------
