@@ -111,7 +111,7 @@ def drive(port: int, journal: Path) -> None:
     bad.send("/queue/work", "bad", headers={"class-of-service": "9"})
     assert refusal.wait_until(lambda: refusal.errors)
     # The cleanup runs (every 0.3 s) and the VolQueueStore's sweep (0.2 s) take the 8
-    # expired messages out; the journal shows it (written every 0.1 s).
+    # expired messages out; the journal shows it (written every Journal.flushinterval).
     assert until(lambda: len(records(journal, "removed")) == 8, timeout=20)
     for client in (producer, consumer, listener):
         client.disconnect()
