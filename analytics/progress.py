@@ -18,9 +18,11 @@ EVERY = 5.0  # seconds between two progress lines while a step runs
 class Progress:
     """``with Progress(spark) as progress: progress.step("reading the journal") ...``"""
 
-    def __init__(self, spark: SparkSession, out: TextIO = sys.stderr, quiet: bool = False):
+    def __init__(self, spark: SparkSession, out: TextIO | None = None, quiet: bool = False):
+        """``out``: where progress goes (None: ``sys.stderr`` as it is now, not as it was when
+        this module was imported)."""
         self.tracker = spark.sparkContext.statusTracker()
-        self.out = out
+        self.out = out if out is not None else sys.stderr
         self.quiet = quiet
         self.started = time.monotonic()
         self.current = ""
