@@ -1,22 +1,21 @@
-"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c) and the
-audit journal's encoder (modules/journal/_encode.c).
+"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c), the
+thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c) and
+the audit journal's encoder (modules/journal/_encode.c).
 
 Everything else is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
+FLAGS = ["-O2", "-Wall", "-Werror"]
+
 setup(
     ext_modules=[
-        Extension(
-            "wiremq.modules.stomp._fast",
-            ["modules/stomp/_fast.c"],
-            extra_compile_args=["-O2", "-Wall", "-Werror"],
-        ),
-        Extension(
-            "wiremq.modules.journal._encode",
-            ["modules/journal/_encode.c"],
-            extra_compile_args=["-O2", "-Wall", "-Werror"],
-        ),
+        Extension(name, [source], extra_compile_args=FLAGS)
+        for name, source in (
+            ("wiremq.modules.stomp._fast", "modules/stomp/_fast.c"),
+            ("wiremq.server._syncthread", "server/_syncthread.c"),
+            ("wiremq.modules.journal._encode", "modules/journal/_encode.c"),
+        )
     ]
 )

@@ -204,7 +204,8 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         (expired, "expired"),
         (discarded, "discarded"),
         (acknowledged, "acknowledged"),
-        (nack_dropped, "NACKed without requeue"),
+        # a NACK without requeue moves the message to the dead message queue (dropped there)
+        (nack_dropped & ~dead & ~discarded, "NACKed without requeue"),
     ]
     names = F.filter(
         F.array(*(F.when(flag, F.lit(name)) for flag, name in queue_fates)),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import shutil
 import tempfile
 import time
 from collections import deque
@@ -100,7 +99,7 @@ class Runtime:
     def worker(self, name: str) -> Runtime:
         if name not in ("login", "journal"):
             raise RuntimeError("no store in this bench")
-        return self  # logins are checked at once, journal batches written at once
+        return self  # logins are checked at once
 
     def submit(
         self, call: Callable[[], object], done: Callable[[object], None], failed: object
@@ -144,56 +143,70 @@ class Writer:
             egress.outbox.ready.append(egress)
 
 
-def build(
-    destination: str, consumers: int, ack: str, users: bool, journal: bool, data: str
-) -> Callable[[int], None]:
-    """``users``: a users file, the clients log in as a user who may read, write and create
-    (not an admin: every permission is looked up); else none, and nothing is checked.
-    ``journal``: the audit journal on, in ``data``."""
-    login = b""
-    if users:
-        UsersFile(data).set("bench", "bench-pw", "viewer")
-        UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
-        login = b"login:bench\npasscode:bench-pw\n"
-    settings = Settings(
-        REGISTRY,
-        {
-            "StompListener.heartbeatsend": 0,
-            "StompListener.heartbeatreceive": 0,
-            "Server.datadir": data,
-        },
-    )
-    runtime = Runtime()
-    folder = Path(data) / "journal" if journal else None
-    core = Core(settings, runtime, None, default_pipelines(), folder)  # type: ignore[arg-type]
-    outbox = Outbox()
-    limits = queue_limits(EgressSettings.read(settings, "ClientEgress"))
+class Simulation:
+    """A real ``Core`` (default pipelines, no store) on the minimal runtime, and clients
+    whose sockets are simulated: what they send goes in as a socket read, what the server
+    writes to them is taken by their writer.
 
-    def client(name: str, acks: bool) -> ClientConnection:
-        egress = Egress(outbox, limits)
-        writer = Writer(egress, acks)
-        connection = core.connect(egress, name, Reader(), time.monotonic())
-        writer.connection = connection
-        connect = b"CONNECT\naccept-version:1.2\n" + login + b"\n\0"
-        connection.data_received(connect, time.monotonic())
-        runtime.run()
+    ``users``: a users file, the clients log in as a user who may read, write and create
+    (not an admin: every permission is looked up); else none, and nothing is checked.
+    ``journal``: the audit journal on, in the data folder."""
+
+    def __init__(self, users: bool = False, journal: bool = False) -> None:
+        data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+        self.login = b""
+        if users:
+            UsersFile(data).set("bench", "bench-pw", "viewer")
+            UsersFile(data).grant("bench", None, ">", ["read", "write", "create"])
+            self.login = b"login:bench\npasscode:bench-pw\n"
+        self.settings = Settings(
+            REGISTRY,
+            {
+                "StompListener.heartbeatsend": 0,
+                "StompListener.heartbeatreceive": 0,
+                "Server.datadir": data,
+            },
+        )
+        self.runtime = Runtime()
+        folder = Path(data) / "journal" if journal else None
+        self.core = Core(self.settings, self.runtime, None, default_pipelines(), folder)  # type: ignore[arg-type]
+        self.outbox = Outbox()
+        self.limits = queue_limits(EgressSettings.read(self.settings, "ClientEgress"))
+
+    def client(self, name: str, writer: Callable[[Egress], object]) -> ClientConnection:
+        """A connected client whose egress is drained by ``writer(egress)``."""
+        egress = Egress(self.outbox, self.limits)
+        drains = writer(egress)
+        connection = self.core.connect(egress, name, Reader(), time.monotonic())
+        if isinstance(drains, Writer):
+            drains.connection = connection
+        self.read(connection, b"CONNECT\naccept-version:1.2\n" + self.login + b"\n\0")
         assert connection.session.version is not None and not connection.egress.close_requested
-        outbox.flush()
         return connection
 
+    def read(self, connection: ClientConnection, data: bytes) -> None:
+        """One socket read of ``data``, then what it asked to run soon, then the writes."""
+        connection.data_received(data, time.monotonic())
+        self.runtime.run()
+        self.outbox.flush()
+        self.core.journal.flush()
+
+
+def build(
+    destination: str, consumers: int, ack: str, users: bool = False, journal: bool = False
+) -> Callable[[int], None]:
+    simulation = Simulation(users, journal)
     for n in range(consumers):
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
-        client(f"consumer-{n}", ack != "auto").data_received(subscribe, time.monotonic())
-    producer = client("producer", False)
+        consumer = simulation.client(f"consumer-{n}", lambda e: Writer(e, ack != "auto"))
+        simulation.read(consumer, subscribe)
+    producer = simulation.client("producer", lambda e: Writer(e, False))
     frame = f"SEND\ndestination:{destination}\ncontent-length:128\n\n".encode() + b"x" * 128
     chunk = (frame + b"\0") * READ
 
     def run(reads: int) -> None:
         for _ in range(reads):
-            producer.data_received(chunk, time.monotonic())
-            runtime.run()
-            outbox.flush()
-            core.journal.flush()
+            simulation.read(producer, chunk)
 
     return run
 
@@ -210,9 +223,8 @@ def main() -> None:
     parser.add_argument("--journal", action="store_true", help="with the audit journal on")
     args = parser.parse_args()
     configure_logging("warning")
-    data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
     destination = "/topic/t" if args.topic else "/queue/q"
-    run = build(destination, args.consumers, args.ack, args.users, args.journal, data)
+    run = build(destination, args.consumers, args.ack, args.users, args.journal)
     run(20)  # warm-up
     collect_less()  # as the server does
     messages = args.reads * READ
@@ -245,7 +257,6 @@ def main() -> None:
         own = cumulative(*step) - sum(cumulative(*callee) for callee in callees)
         if own > 0:
             print(f"  {label:40} {own / whole * total:6.2f} us  ({own / whole:5.1%})")
-    shutil.rmtree(data)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,16 @@ from pathlib import Path
 
 from server_proc import ManagedServer, free_port
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
+
+def peers_folder() -> Path:
+    """``shared/peers`` beside the checkout, however deep it is (``/work/main`` or a
+    worktree such as ``/work/wt/<name>``)."""
+    here = Path(__file__).resolve()
+    found = [p / "shared" / "peers" for p in here.parents if (p / "shared" / "peers").is_dir()]
+    return found[0] if found else here.parents[2] / "shared" / "peers"
+
+
+PEERS = peers_folder()
 ACTIVEMQ = ("127.0.0.1", 61613)
 RABBITMQ = ("127.0.0.1", 61614)
 RELAY_SCENARIOS = "queue-np+topic-fanout+latency"  # all the relay speaks
@@ -78,6 +87,15 @@ PERSISTENT = {  # name -> (producers, receipt every, receipts in flight, message
 }
 
 
+def stompbench(port: str | int, *args: str, timeout: float = 900) -> dict[str, object]:
+    """One run of the peers' load generator against ``port``: its JSON result line (or
+    what it printed on error)."""
+    command = [sys.executable, str(PEERS / "stompbench.py"), "--port", str(port), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {"errors": [done.stderr[-300:]]}
+
+
 def sync_rate(folder: Path, seconds: float = 2.0) -> float:
     """Syncs per second of 128 bytes written in place and fdatasync'ed (the log's way)."""
     probe = folder / "sync-probe"
@@ -103,10 +121,7 @@ def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
         for _ in range(repeats):
             for scenario, (producers, every, window, count) in PERSISTENT.items():
                 for broker in brokers:
-                    command = [
-                        sys.executable,
-                        str(PEERS / "stompbench.py"),
-                        "--port",
+                    result = stompbench(
                         broker["port"],
                         "--scenario",
                         "queue-p",
@@ -122,10 +137,7 @@ def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
                         "--size",
                         "128",
                         *broker["extra"].split(),
-                    ]
-                    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-                    lines = done.stdout.strip().splitlines()
-                    result = json.loads(lines[-1]) if lines else {"errors": [done.stderr[-300:]]}
+                    )
                     result["scenario_name"] = scenario
                     log.write(json.dumps(result) + "\n")
                     runs.setdefault((scenario, broker["label"]), []).append(result)

@@ -143,6 +143,7 @@ class QueueStoreSettings(SettingsGroup):
 
     expiryonread: bool
     readmsgamount: int
+    scanmsgamount: int
     fastdeletionsize: int
 
 
@@ -208,6 +209,10 @@ class DestinationPolicy(SettingsGroup):
     lowpriorityrejectlimit: int
     shutdown: bool
     journal: bool
+    maxredeliveries: int
+    redeliverydelay: int
+    redeliverybackoff: float
+    maxredeliverydelay: int
 
     @classmethod
     def for_destination(cls, settings: Settings, name: str) -> DestinationPolicy:

@@ -437,6 +437,18 @@ PARAMETERS += [
     ),
     Parameter(
         "PersQueueFileStore",
+        "scanmsgamount",
+        int,
+        10_000,
+        "Stored messages examined in one step when a queue searches its backlog in the store "
+        "out of order: for a selective consumer that has nothing in memory it selects, or for "
+        "messages of a higher priority than any in memory",
+        minimum=1,
+        maximum=1_000_000,
+        live=True,
+    ),
+    Parameter(
+        "PersQueueFileStore",
         "fastdeletionsize",
         int,
         50,
@@ -615,8 +627,59 @@ PARAMETERS += [
         "deadmessagequeue",
         str,
         "/queue/DMQ",
-        "The queue expired messages are moved to (with headers original-destination and "
-        "dead-reason)",
+        "The queue dead messages are moved to (with headers original-destination, "
+        "dead-reason and dead-delivery-count): expired ones if expiredmessages says so, those "
+        "delivered too often, and those NACKed with requeue:false",
+        live=True,
+    ),
+    # -- redelivery ------------------------------------------------------------------------
+    Parameter(
+        "Destination",
+        "maxredeliveries",
+        int,
+        6,
+        "Times a queue message is delivered again after a delivery came back unacknowledged "
+        "(a NACK, or its consumer went away); once more and it moves to the dead message "
+        "queue. Topic subscribers count NACKs only",
+        unit="redeliveries",
+        minimum=0,
+        maximum=1_000_000,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "Destination",
+        "redeliverydelay",
+        int,
+        0,
+        "How long a message that came back unacknowledged waits before it is delivered again "
+        "(0: at once)",
+        unit="ms",
+        minimum=0,
+        maximum=86_400_000,
+        live=True,
+    ),
+    Parameter(
+        "Destination",
+        "redeliverybackoff",
+        float,
+        1.0,
+        "Each further redelivery of a message waits this many times longer than the one "
+        "before (1: always redeliverydelay)",
+        minimum=1.0,
+        maximum=100.0,
+        live=True,
+    ),
+    Parameter(
+        "Destination",
+        "maxredeliverydelay",
+        int,
+        -1,
+        "The longest a redelivery waits, however far the backoff grew",
+        unit="ms",
+        minimum=0,
+        maximum=86_400_000,
+        off=-1,
         live=True,
     ),
 ]

@@ -181,7 +181,10 @@ class StoreCleanup:
 class CatchUp:
     """The store's databases catch up with what was committed: on the store's reader
     worker every ``WriteAheadLog.catchupinterval`` seconds, each time for at most
-    ``catchuptime`` seconds, one at a time."""
+    ``catchuptime`` seconds, one at a time. A catch-up that used its whole time left
+    records behind: the next one is queued at once (behind the reads waiting for the
+    worker) instead of after the interval, so that the log never grows for long faster
+    than the databases take it in, and an open after a crash replays seconds of it."""
 
     def __init__(self, runtime: Runtime, settings: Settings, persistence: Persistence) -> None:
         self.runtime = runtime
@@ -218,9 +221,21 @@ class CatchUp:
         self._timer = None
         seconds = WalSettings.read(self.settings, "WriteAheadLog").catchuptime
         store = self.persistence.store
-        self.persistence.reader.submit(
-            lambda: store.catch_up(seconds), lambda applied: self._schedule(), self._failed
-        )
+        clock = self.runtime.monotonic
+
+        def catch_up() -> bool:
+            """Catch up; whether its time ran out (so that records were left)."""
+            started = clock()
+            store.catch_up(seconds)
+            return clock() - started >= seconds
+
+        self.persistence.reader.submit(catch_up, self._caught_up, self._failed)
+
+    def _caught_up(self, behind: bool) -> None:
+        if behind and not self._stopped:
+            self._run()
+        else:
+            self._schedule()
 
     def _failed(self, error: Exception) -> None:
         log.error("store.catch_up_failed", error=str(error))

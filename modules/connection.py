@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
-from wiremq.config.groups import ClientBounds
+from wiremq.config.groups import ClientBounds, DestinationPolicy
 from wiremq.modules.authentication import Authenticator
+from wiremq.modules.browser import BrowserSubscription, QueueBrowser
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.egress import Egress
@@ -32,7 +33,9 @@ from wiremq.modules.message import Message
 from wiremq.modules.permissions import CREATE, READ, Access
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch, Pipelines
+from wiremq.modules.queue import Queue
 from wiremq.modules.runtime import Runtime
+from wiremq.modules.selector import Selector, SelectorError, compile_selector
 from wiremq.modules.stomp.events import (
     Abort,
     Acknowledge,
@@ -63,6 +66,7 @@ from wiremq.modules.transaction import (
     UnitOwner,
     apply_acks,
 )
+from wiremq.modules.wildcard import Wildcard, is_wildcard
 from wiremq.modules.xa import XAController
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
@@ -74,6 +78,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wiremq.connection")
 
 DURABLE_NAME = "activemq.subscriptionName"
+SELECTOR = "selector"
+BROWSER = "browser"
+EXCLUSIVE = "activemq.exclusive"
 # SUBSCRIBE headers that set a consumer's window, in messages and in bytes.
 WINDOW_MESSAGES = ("consumerQueueEntriesSize", "activemq.prefetchSize", "prefetch-count")
 WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
@@ -176,6 +183,7 @@ class ClientConnection:
         subscription stored; for CONNECT, its login checked): the rest is held, and the
         socket not read, meanwhile."""
         new_message = self.services.ids.message
+        now_ms = self.services.runtime.now_ms()  # when these messages were received
         for index, event in enumerate(events):
             if type(event) is Send:
                 destination, headers, body = event
@@ -184,7 +192,9 @@ class ClientConnection:
                     if domain != self._sends_domain:
                         self._submit()
                         self._sends_domain = domain
-                    self._sends.append(Message(new_message(), destination, headers, body, self))
+                    self._sends.append(
+                        Message(new_message(), destination, headers, body, self, 0, now_ms)
+                    )
                     continue
             self._submit()
             ordered = type(event) in _ORDERED
@@ -381,6 +391,7 @@ class ClientConnection:
 
     def disconnect_slow(self, subscription: Subscription) -> None:
         """A subscriber under the ``disconnect`` policy fell behind: its client is dropped."""
+        subscription = self.subscriptions.get(subscription.sub_id, subscription)  # a wildcard's
         name = subscription.destination.name
         log.info("client.slow_disconnected", destination=name, subscription=subscription.sub_id)
         self.detach(subscription)
@@ -458,26 +469,44 @@ class ClientConnection:
             raise Refused(
                 "too many subscriptions", f"a connection may hold {limit} subscriptions at once"
             )
-        if self.access is not None:
-            self._check_subscribe(self.access, event)
-        target = self.services.destinations.resolve(event.destination)
+        headers = event.headers
+        selector = _selector(headers)
+        browsing = headers.get(BROWSER, "").lower() == "true"
+        destinations = self.services.destinations
+        target: Destination | Wildcard | QueueBrowser
+        if is_wildcard(event.destination):  # may_read decides for each matching destination
+            target = self._wildcard(event)
+            policy = DestinationPolicy.for_destination(
+                destinations.services.settings, event.destination
+            )
+        else:
+            if self.access is not None:
+                self._check_subscribe(self.access, event)
+            destination = destinations.resolve(event.destination)
+            policy = destination.policy
+            target = destination
+            if browsing:
+                if not isinstance(destination, Queue):
+                    raise ProtocolError("not a queue", "only a queue can be browsed")
+                target = QueueBrowser(destination)
         durable_key = self._durable_key(event, target)
-        policy = target.policy
         window = (
-            _window(event.headers, WINDOW_MESSAGES, policy.consumerQueueEntriesSize),
-            _window(event.headers, WINDOW_BYTES, policy.consumerQueueEntriesBytes),
+            _window(headers, WINDOW_MESSAGES, policy.consumerQueueEntriesSize),
+            _window(headers, WINDOW_BYTES, policy.consumerQueueEntriesBytes),
         )
         self._numbers += 1
         version = self.session.version or "1.2"
-        subscription = Subscription(
+        subscription = (BrowserSubscription if browsing else Subscription)(
             event.sub_id,
             self._numbers,
-            target,
-            event.ack,
+            target,  # type: ignore[arg-type]
+            "auto" if browsing else event.ack,
             self.egress,
             version,
             durable_key,
             window,
+            selector,
+            headers.get(EXCLUSIVE, "").lower() == "true",
         )
         subscription.client = self
         self.subscriptions[event.sub_id] = subscription
@@ -485,7 +514,13 @@ class ClientConnection:
         if durable_key is not None:
             assert self.services.persistence is not None
             self.services.persistence.active[durable_key] = subscription
-        target.subscribe(subscription)
+        if isinstance(target, Wildcard):
+            target.subscription = subscription
+            destinations.add_wildcard(target)
+        elif isinstance(target, QueueBrowser):
+            target.start(subscription)
+        else:
+            target.subscribe(subscription)
         self._policy_changed(subscription, 1)
         if durable_key is None:
             self._receipt(event)
@@ -507,7 +542,23 @@ class ClientConnection:
             )
             self._done(None)
 
-        self.services.persistence.subscribe(durable_key, target.name, "", registered, failed)
+        self.services.persistence.subscribe(
+            durable_key, target.name, selector.text if selector else "", registered, failed
+        )
+
+    def _wildcard(self, event: Subscribe) -> Wildcard:
+        """The destination of a SUBSCRIBE to a wildcard name (checked by the registry)."""
+        if domain_of(event.destination) is None:
+            raise Refused(
+                "unknown destination",
+                f"{event.destination[:200]!r} is neither /queue/NAME nor /topic/NAME",
+            )
+        headers = event.headers
+        if _durable_name(headers, event.sub_id) is not None:
+            raise ProtocolError("durable wildcard", "a durable subscription names one topic")
+        if headers.get(BROWSER, "").lower() == "true":
+            raise ProtocolError("browsing a wildcard", "a browser browses one queue")
+        return Wildcard(event.destination, self.services.destinations.services)
 
     def _check_subscribe(self, access: Access, event: Subscribe) -> None:
         """A SUBSCRIBE needs read, and create for a destination that does not exist yet
@@ -533,7 +584,7 @@ class ClientConnection:
         discard = self.subscriptions and not self._blocking
         self.egress.queues.policy = Policy.DISCARD_OLDEST if discard else Policy.BLOCK
 
-    def _durable_key(self, event: Subscribe, target: Destination) -> SubscriptionKey | None:
+    def _durable_key(self, event: Subscribe, target: object) -> SubscriptionKey | None:
         """(client id, name) if the SUBSCRIBE asks for a durable subscription.
 
         Accepted spellings: ``activemq.subscriptionName`` (with CONNECT's
@@ -621,17 +672,18 @@ class ClientConnection:
     def _take(
         self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
     ) -> tuple[Subscription, list[Message], StoreTransaction] | None:
-        """Apply an ACK/NACK: the subscription, the messages taken from the consumer for
-        good (none for a requeuing NACK) and what the store must change; None when it
-        was already covered (an earlier cumulative ACK, or the consumer went away)."""
+        """Apply an ACK/NACK: the subscription, the messages an ACK took from the consumer
+        (given back if its transaction fails) and what the store must change; None when it
+        was already covered (an earlier cumulative ACK, or the consumer went away). A NACK
+        takes nothing to give back: its messages are delivered again, or moved to the dead
+        message queue, when it is applied."""
         if subscription.unacked is None or message_id not in subscription.unacked:
             return None
         messages = subscription.take_acknowledged(message_id)
         self.services.journal.acknowledgement(subscription, messages, nack, requeue)
         destination = subscription.destination
         if nack:
-            changes = destination.rejected(subscription, messages, requeue)
-            return subscription, [] if requeue else messages, changes
+            return subscription, [], destination.rejected(subscription, messages, requeue)
         return subscription, messages, destination.acknowledged(subscription, messages)
 
     def store_acknowledgement(self, changes: StoreTransaction, receipt: str | None) -> None:
@@ -879,6 +931,18 @@ def _window(headers: dict[str, str], names: tuple[str, ...], default: int) -> in
                 )
             return int(text)
     return default
+
+
+def _selector(headers: dict[str, str]) -> Selector | None:
+    """The SUBSCRIBE's compiled selector (none if the header is absent or blank); a bad
+    one is refused with the position of what is wrong."""
+    text = headers.get(SELECTOR, "")
+    if not text.strip():
+        return None
+    try:
+        return compile_selector(text)
+    except SelectorError as error:
+        raise Refused("invalid selector", f"{error}\n{error.pointer()}") from error
 
 
 def _durable_name(headers: dict[str, str], sub_id: str) -> str | None:

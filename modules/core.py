@@ -29,6 +29,7 @@ from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memo
 from wiremq.modules.authentication import Authenticator
 from wiremq.modules.catalog import build_chain, build_memory_levels
 from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.deadletter import DeadLetters
 from wiremq.modules.destination import DestinationServices
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.durable import ReplayManager
@@ -42,7 +43,6 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.journal.recorder import Journal, RecordingJournal
 from wiremq.modules.journal.schema import SERVER_STOPPED
 from wiremq.modules.memwatch import MemWatch
-from wiremq.modules.message import Message
 from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import ModuleContext, Pipelines
@@ -88,14 +88,17 @@ class Core:
             else Journal()
         )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
-        self.expiry = Expiry(settings, self.persistence, self.pipelines.submit, self.journal)
+        self.dead_letters = DeadLetters(
+            settings, self.persistence, self.pipelines.submit, self.journal
+        )
+        self.expiry = Expiry(settings, self.dead_letters, self.journal)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
         self.unacked = UnackedLimit(
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
-        self.volatile: VolQueueStore[Message] = VolQueueStore()
+        self.volatile = VolQueueStore()
         memwatch = MemWatchSettings.read(settings, "MemWatch")
         self.pools = WorkPools(
             *(
@@ -115,6 +118,7 @@ class Core:
                 self.flow,
                 self.persistence,
                 self.expiry,
+                self.dead_letters,
                 self.unacked,
                 self.replays,
                 self.volatile,
@@ -234,8 +238,9 @@ class Core:
         """The clients are gone and the server stops: the non-persistent messages still in
         the queues are lost (journaled), the journal writes what is left."""
         for queue in self.destinations.queues.values():
-            if queue.fifo:
-                self.journal.discarded(list(queue.fifo), SERVER_STOPPED)
+            lost = [m for m in queue.waiting() if not m.persistent]
+            if lost:
+                self.journal.discarded(lost, SERVER_STOPPED)
         self.journal.close()
 
     def connect(

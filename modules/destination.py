@@ -23,6 +23,7 @@ from wiremq.modules.runtime import Runtime
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, StoreTransaction
 
 if TYPE_CHECKING:
+    from wiremq.modules.deadletter import DeadLetters
     from wiremq.modules.durable import ReplayManager
     from wiremq.modules.expiry import Expiry
     from wiremq.modules.journal.recorder import Journal
@@ -50,9 +51,10 @@ class DestinationServices:
     flow: FlowControl
     persistence: Persistence | None
     expiry: Expiry
+    dead_letters: DeadLetters
     unacked: UnackedLimit
     replays: ReplayManager
-    volatile: VolQueueStore[Message]
+    volatile: VolQueueStore
     journal: Journal
     pools: WorkPools
 

@@ -18,6 +18,7 @@ from wiremq.modules.journal.schema import VOLQUEUE
 from wiremq.modules.pipeline import P2P
 from wiremq.modules.queue import Queue
 from wiremq.modules.topic import Topic
+from wiremq.modules.wildcard import Wildcard, matches
 
 log = structlog.get_logger("wiremq.destinations")
 
@@ -29,6 +30,7 @@ class Destinations:
         self.services = services
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
+        self.wildcards: list[Wildcard] = []  # wildcard subscriptions
         self.retired_received = 0  # messages of destinations removed since
         self.retired_delivered = 0
         services.flow.on_gate_added(self._gate_added)
@@ -61,7 +63,30 @@ class Destinations:
         else:
             destination = self.topics[name] = Topic(name, self.services)
         log.info("destination.created", destination=name)
+        for wildcard in self.wildcards:
+            if matches(wildcard.name, name):
+                wildcard.attach(destination)
         return destination
+
+    def add_wildcard(self, wildcard: Wildcard) -> None:
+        """A wildcard subscription joins every matching destination, now and later."""
+        pattern = wildcard.name
+        levels = pattern.split("/", 2)[-1].split(".")
+        if (
+            "" in levels
+            or ">" in levels[:-1]
+            or any(("*" in level or ">" in level) and len(level) > 1 for level in levels)
+        ):
+            raise Refused(
+                "invalid destination",
+                f"{pattern[:200]!r}: in a wildcard subscription * stands for one whole level "
+                "and > (last) for one or more",
+            )
+        self.wildcards.append(wildcard)
+        wildcard.forget = self.wildcards.remove
+        for destination in self.of_domain(wildcard.domain or ""):
+            if matches(pattern, destination.name):
+                wildcard.attach(destination)
 
     def __iter__(self) -> Iterator[Destination]:
         yield from list(self.queues.values())
@@ -116,7 +141,7 @@ class Destinations:
         for name in queues:
             queue = self.resolve(name)
             assert isinstance(queue, Queue)
-            queue.backlog_after = 0
+            queue.backlog.restore()
 
     # -- cleanup processes -------------------------------------------------------------
 
@@ -126,8 +151,7 @@ class Destinations:
         settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
         with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
             for queue in list(self.queues.values()):
-                run.scanned += len(queue.fifo)
-                queue.sweep_volatile(now_ms)
+                run.scanned += queue.sweep_volatile(now_ms)
 
     def sweep_live_buffers(self) -> None:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""

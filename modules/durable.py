@@ -147,8 +147,10 @@ class ReplayManager:
             return
         assert self.persistence is not None and subscription.durable_key is not None
         acked = self.persistence.acked_beyond.get(subscription.durable_key, ())
+        read = (Message.from_stored(stored, seq) for seq, stored in batch.messages)
+        accepts = subscription.accepts
         self._pending[subscription] = deque(
-            Message.from_stored(stored, seq) for seq, stored in batch.messages if seq not in acked
+            m for m in read if m.store_seq not in acked and (accepts is None or accepts(m))
         )
         if batch.expired and self.settings.expiryonreplay and self.expiry is not None:
             self.expiry.expired_stored([((topic.name, seq), m) for seq, m in batch.expired])

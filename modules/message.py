@@ -23,11 +23,22 @@ _FRAME_ONLY_HEADERS = frozenset(
     {"destination", "receipt", "transaction", "content-length", "message-id", "subscription", "ack"}
 )
 CLASS_OF_SERVICE = "class-of-service"
+PRIORITY = "priority"
+GROUP = "JMSXGroupID"
+MAX_PRIORITY = 9
+DELIVERY_COUNT = "x-delivery-count"  # on a redelivery: how many deliveries came before
 # The egress queue of a non-persistent message, by its class-of-service header.
 BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
 # Enum members read once: reading one from its class costs as much as building a message.
 _G1 = EgressQueue.G1
 _D1 = EgressQueue.D1
+
+
+def priority_of(text: str) -> int:
+    """JMS priority 0..9 from a ``priority`` header; the default when it is not one."""
+    if text.isascii() and text.isdigit() and int(text) <= MAX_PRIORITY:
+        return int(text)
+    return JMS_DEFAULT_PRIORITY
 
 
 class MessageOrigin(Protocol):
@@ -41,6 +52,11 @@ class MessageOrigin(Protocol):
 
 class Message:
     """One message; immutable content, mutable delivery state (``redelivered``)."""
+
+    # Set by its queue when it needs them (queue.py, levels.py), not in __init__.
+    level: int
+    group: str | None
+    home: object
 
     __slots__ = (
         "message_id",
@@ -61,6 +77,11 @@ class Message:
         "redelivered",
         "unit",
         "_wire",
+        "timestamp",
+        # set by its queue when it needs them (see queue.py and levels.py), not before:
+        "level",  # its priority, where it waits
+        "group",  # its message group (JMSXGroupID), if any
+        "home",  # the list it waits in
     )
 
     def __init__(
@@ -71,6 +92,7 @@ class Message:
         body: bytes,
         origin: MessageOrigin | None = None,
         expires: int = 0,
+        timestamp: int = 0,
     ) -> None:
         self.message_id = message_id
         self.destination = destination
@@ -96,6 +118,7 @@ class Message:
         self.redelivered = False
         self.unit: Unit | None = None  # the committed transaction it belongs to
         self._wire: dict[str, bytes] | None = None  # its tail by flavour, once encoded
+        self.timestamp = timestamp  # when the server received it (ms since the epoch)
 
     @property
     def user_headers(self) -> list[tuple[str, str]]:
@@ -146,13 +169,6 @@ class Message:
             self._stored_size = len(self.body) + headers
         return self._stored_size
 
-    @property
-    def priority(self) -> int:
-        """JMS priority 0..9 from the ``priority`` header; 4 when absent or invalid."""
-        text = self.headers.get("priority", "")
-        valid = text.isascii() and text.isdigit() and int(text) <= 9
-        return int(text) if valid else JMS_DEFAULT_PRIORITY
-
     def to_stored(self, now_ms: int) -> StoredMessage:
         """The message as a persistent store keeps it."""
         return StoredMessage(
@@ -162,8 +178,22 @@ class Message:
             self.body,
             priority=self.priority,
             expires=self.expires,
-            timestamp=now_ms,
+            timestamp=self.timestamp or now_ms,
         )
+
+    @property
+    def priority(self) -> int:
+        """JMS priority 0..9 from the ``priority`` header; 4 when absent or invalid."""
+        text = self.headers.get(PRIORITY)
+        return JMS_DEFAULT_PRIORITY if text is None else priority_of(text)
+
+    @property
+    def redeliveries(self) -> int:
+        """Deliveries that came back unacknowledged (``x-delivery-count``, which the
+        server sets on a redelivered message)."""
+        if not self.redelivered:
+            return 0
+        return int(self.headers.get(DELIVERY_COUNT, "0"))
 
     @classmethod
     def from_stored(cls, stored: StoredMessage, seq: int) -> Message:
@@ -174,6 +204,7 @@ class Message:
             dict(stored.headers),
             stored.body,
             expires=stored.expires,
+            timestamp=stored.timestamp,
         )
         message.persistent = True
         message.egress_queue = _G1
@@ -181,20 +212,29 @@ class Message:
         return message
 
     def mark_redelivered(self) -> None:
-        """Flag the message for its next delivery; its cached wire form changes."""
-        if not self.redelivered:
-            self.redelivered = True
-            self._wire = None
+        """It came back unacknowledged after a delivery: its next delivery is flagged
+        redelivered and counts the earlier ones (``x-delivery-count``, in a headers dict
+        of its own); its cached wire form changes."""
+        count = self.redeliveries + 1
+        self.headers = {**self.headers, DELIVERY_COUNT: str(count)}
+        self.redelivered = True
+        self._wire = None
 
     def redelivery(self) -> Message:
         """A copy flagged as redelivered, for one subscriber of a message others share."""
         copy = Message(
-            self.message_id, self.destination, self.headers, self.body, expires=self.expires
+            self.message_id,
+            self.destination,
+            self.headers,
+            self.body,
+            expires=self.expires,
+            timestamp=self.timestamp,
         )
         copy.persistent = self.persistent
         copy.egress_queue = self.egress_queue
         copy.store_seq = self.store_seq
-        copy.redelivered = True
+        copy.redelivered = self.redelivered
+        copy.mark_redelivered()
         return copy
 
     def __repr__(self) -> str:

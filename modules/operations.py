@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from wiremq.modules.connection import ClientConnection
+from wiremq.modules.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.errors import Refused
@@ -40,8 +41,6 @@ from wiremq.stores.records import StoredMessage
 
 log = structlog.get_logger("wiremq.operations")
 
-ORIGINAL_DESTINATION = "original-destination"
-DEAD_HEADERS = (ORIGINAL_DESTINATION, "dead-reason")
 READ_STEP = 500  # stored messages read at once while an action looks through a backlog
 READ_BYTES = 4 << 20
 

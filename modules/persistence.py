@@ -1,13 +1,13 @@
 """The persistent store as the server uses it: one writer, one reader, the durable registry.
 
 Every change to the store is a ``StoreTransaction`` committed by the
-``StoreWriter``: one commit at a time on the writer worker, and whatever
-arrives meanwhile (appends of both pipelines, removals, acknowledgements,
-subscriptions) goes into the next commit together, so that one write and one
-sync serve them all. Reads (queue backlogs, durable replays) and the cleanup
-run on the store's reader worker. Acknowledged queue messages are removed, and
-durable subscribers' positions moved, in group commits (fastdeletionsize /
-fastacknowledgesize).
+``StoreWriter``: one commit at a time, decided on the event loop and synced by
+the runtime's log writer, and whatever arrives meanwhile (appends of both
+pipelines, removals, acknowledgements, subscriptions) goes into the next commit
+together, so that one write and one sync serve them all. Reads (queue
+backlogs, durable replays) and the cleanup run on the store's reader worker.
+Acknowledged queue messages are removed, and durable subscribers' positions
+moved, in group commits (fastdeletionsize / fastacknowledgesize).
 """
 
 from __future__ import annotations
@@ -27,9 +27,18 @@ from wiremq.config.groups import (
 from wiremq.config.settings import Settings
 from wiremq.modules.groupcommit import GroupCommit
 from wiremq.modules.message import Message
-from wiremq.modules.runtime import Runtime, Worker
-from wiremq.stores.api import Batch, Committed, MessageStore, Position, StoreTransaction
+from wiremq.modules.runtime import Runtime
+from wiremq.stores.api import (
+    Batch,
+    Committed,
+    Match,
+    MessageStore,
+    PendingCommit,
+    Position,
+    StoreTransaction,
+)
 from wiremq.stores.durable import SubscriptionInfo, SubscriptionKey
+from wiremq.stores.errors import StoreError
 
 if TYPE_CHECKING:
     from wiremq.modules.subscription import Subscription
@@ -38,22 +47,33 @@ log = structlog.get_logger("wiremq.persistence")
 
 Done = Callable[[Committed], None]
 Failed = Callable[[Exception], None]
+Work = list[tuple[StoreTransaction, Done, Failed]]  # what one commit carries, in order
 
 
 class StoreWriter:
     """Hands store transactions to the store one commit at a time; the transactions that
-    arrive while a commit runs go into the next one together."""
+    arrive while a commit runs go into the next one together.
+
+    A commit is decided and encoded here, on the event loop (``MessageStore.begin``:
+    memory only, tens of microseconds), and its record written and synced by the
+    runtime's log writer, a thread that never takes the interpreter lock: the event
+    loop goes on meanwhile, and nothing but the sync's completion comes back. A record
+    that starts a new log segment (once per ``WriteAheadLog.segmentsize``) is written by
+    the writer worker, which also takes back what a failed write may have left.
+    """
 
     def __init__(
         self,
         store: MessageStore,
-        worker: Worker,
+        runtime: Runtime,
         changed: Callable[[list[StoreTransaction]], Callable[[], None]],
     ) -> None:
         self.store = store
-        self.worker = worker
+        self.runtime = runtime
+        self.log = runtime.log_writer()
+        self.worker = runtime.worker("writer")
         self._changed = changed
-        self._waiting: list[tuple[StoreTransaction, Done, Failed]] = []
+        self._waiting: Work = []
         self._running = False
         self.commits = 0  # for statistics
         self.transactions = 0
@@ -67,36 +87,66 @@ class StoreWriter:
     def _start(self) -> None:
         work, self._waiting = self._waiting, []
         self._running = True
-        transactions = [t for t, _, _ in work]
         store = self.store
-        self.worker.submit(
-            lambda: store.commit(transactions),
-            lambda results: self._finish(work, results, None),
-            lambda error: self._finish(work, None, error),
-        )
-
-    def _finish(
-        self,
-        work: list[tuple[StoreTransaction, Done, Failed]],
-        results: list[Committed] | None,
-        error: Exception | None,
-    ) -> None:
-        self._running = False
-        if results is None:
-            log.error("store.commit_failed", transactions=len(work), error=str(error))
-            assert error is not None
-            for _, _, failed in work:
-                failed(error)
+        try:
+            pending = store.begin([t for t, _, _ in work])
+        except StoreError as error:
+            refused = error
+            self.runtime.call_soon(lambda: self._failed(work, refused))
+            return
+        write = pending.write
+        if write is None:  # nothing stored changes: nothing to wait for
+            self.runtime.call_soon(lambda: self._finish(work, pending))
+        elif write.in_place:
+            self.log.write(
+                write.fd,
+                write.offset,
+                write.record,
+                lambda: self._finish(work, pending),
+                lambda error: self.worker.submit(
+                    lambda: store.take_back(pending, error),
+                    lambda reported: self._abandon(work, pending, reported),
+                    lambda reported: self._abandon(work, pending, reported),
+                ),
+            )
         else:
-            self.commits += 1
-            self.transactions += len(work)
-            # What changed is known before the callbacks move on (and change the durable
-            # registry); it is told after them (once their messages left the spool's count).
-            tell = self._changed([t for t, _, _ in work])
-            for (_, done, _), result in zip(work, results, strict=True):
-                done(result)
-            tell()
-        if self._waiting:
+            self.worker.submit(
+                lambda: store.write(pending),
+                lambda _: self._finish(work, pending),
+                lambda error: self._abandon(work, pending, error),
+            )
+
+    def _abandon(
+        self,
+        work: Work,
+        pending: PendingCommit,
+        error: Exception,
+    ) -> None:
+        self.store.abandon(pending)
+        self._failed(work, error)
+
+    def _failed(self, work: Work, error: Exception) -> None:
+        self._running = False
+        log.error("store.commit_failed", transactions=len(work), error=str(error))
+        for _, _, failed in work:
+            failed(error)
+        self._next()
+
+    def _finish(self, work: Work, pending: PendingCommit) -> None:
+        self._running = False
+        results = self.store.finish(pending)
+        self.commits += 1
+        self.transactions += len(work)
+        # What changed is known before the callbacks move on (and change the durable
+        # registry); it is told after them (once their messages left the spool's count).
+        tell = self._changed([t for t, _, _ in work])
+        for (_, done, _), result in zip(work, results, strict=True):
+            done(result)
+        tell()
+        self._next()
+
+    def _next(self) -> None:
+        if self._waiting and not self._running:
             self._start()
 
 
@@ -108,7 +158,7 @@ class Persistence:
         self.runtime = runtime
         # Told which destinations a commit changed (store watermarks and spool usage follow).
         self.on_changed: Callable[[set[str]], None] = lambda names: None
-        self.writer = StoreWriter(store, runtime.worker("writer"), self._committed)
+        self.writer = StoreWriter(store, runtime, self._committed)
         self.reader = runtime.worker("store")
         queues = QueueStoreSettings.read(settings, "PersQueueFileStore")
         replay = ReplaySettings.read(settings, "TopicFileStore")
@@ -256,13 +306,22 @@ class Persistence:
         max_bytes: int,
         done: Callable[[Batch], None],
         failed: Failed,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> None:
-        """Read messages of ``destination`` after ``after_seq`` on the reader worker."""
+        """Read messages of ``destination`` after ``after_seq`` on the reader worker (those
+        ``match`` accepts, if given: see ``MessageStore.read``)."""
         now_ms = self.runtime.now_ms()
         store = self.store
         self.reader.submit(
             lambda: store.read(
-                destination, now_ms=now_ms, after_seq=after_seq, limit=limit, max_bytes=max_bytes
+                destination,
+                now_ms=now_ms,
+                after_seq=after_seq,
+                limit=limit,
+                max_bytes=max_bytes,
+                match=match,
+                examine=examine,
             ),
             done,
             failed,

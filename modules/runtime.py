@@ -32,6 +32,26 @@ class Worker(Protocol):
     ) -> None: ...
 
 
+class LogWriter(Protocol):
+    """Writes bytes into an open file and syncs them (``pwrite`` + ``fdatasync``) off the
+    event loop, on a thread that never takes the interpreter lock: the store's commits,
+    one sync each, are its only work, and a hand-over through a Python thread costs more
+    than the sync (see docs/architecture.md, "Speed").
+
+    ``done`` or ``failed`` (with the ``OSError``) is then called on the event-loop
+    thread, in the order the writes were handed over.
+    """
+
+    def write(
+        self,
+        fd: int,
+        offset: int,
+        data: bytes,
+        done: Callable[[], None],
+        failed: Callable[[OSError], None],
+    ) -> None: ...
+
+
 class Runtime(Protocol):
     """Timers and the wall clock."""
 
@@ -49,3 +69,6 @@ class Runtime(Protocol):
 
     def worker(self, name: str) -> Worker:
         """The worker thread named ``name``, created on first use."""
+
+    def log_writer(self) -> LogWriter:
+        """The thread that writes and syncs the store's log, created on first use."""

@@ -17,11 +17,13 @@ from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
 from wiremq.modules.journal.schema import EGRESS_DISCARD_OLDEST
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
-from wiremq.modules.stomp.encoder import ack_line, ack_suffix, subscription_head
+from wiremq.modules.selector import Selector
+from wiremq.modules.stomp.encoder import GROUP_FIRST_LINE, ack_line, ack_suffix, subscription_head
 
 if TYPE_CHECKING:
     from wiremq.modules.connection import ClientConnection
     from wiremq.modules.destination import Destination
+    from wiremq.modules.filters import Filter
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
@@ -94,6 +96,10 @@ class Subscription:
         "record_delivery",
         "pool",
         "large",
+        "selector",
+        "accepts",
+        "exclusive",
+        "filter",
     )
 
     def __init__(
@@ -106,6 +112,8 @@ class Subscription:
         version: str,
         durable_key: tuple[str, str] | None = None,
         window: tuple[int, int] = (1 << 62, 1 << 62),
+        selector: Selector | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.sub_id = sub_id
         self.number = number
@@ -142,6 +150,10 @@ class Subscription:
         self.delivered = 0
         self.client: ClientConnection  # set by the connection that made it
         self.ended = False
+        self.selector = selector  # its JMS message selector, compiled
+        self.accepts = None if selector is None else selector.match  # None: everything
+        self.exclusive = exclusive  # activemq.exclusive: the only consumer while it lives
+        self.filter: Filter | None = None  # its queue's consumers with its selector
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -176,12 +188,20 @@ class Subscription:
             self.egress.outbox.wake(self.destination.consumer_ready)
 
     def skips(self, message: Message) -> bool:
+        """Whether a topic subscriber passes over a message: one its selector does not
+        select, or one it leaves to its replay (``left_to_replay``)."""
+        accepts = self.accepts
+        if accepts is not None and not accepts(message):
+            return True
+        return bool(message.store_seq) and self.left_to_replay(message)
+
+    def left_to_replay(self, message: Message) -> bool:
         """Whether a durable subscriber leaves a live stored message to its replay: all of
         them while it replays (the highest is noted, so that the replay reads on to it),
         and afterwards those the replay already read."""
-        seq = message.store_seq
-        if not seq or self.durable_key is None:
+        if self.durable_key is None:
             return False
+        seq = message.store_seq
         if self.replaying:
             if seq > self.skipped_upto:
                 self.skipped_upto = seq
@@ -212,6 +232,16 @@ class Subscription:
         if self.ack_suffix is not None:
             head += ack_line(message.message_id, self.ack_suffix)
         self.egress.push_message(message.egress_queue, head, tail, self, message)
+
+    def deliver_first_of_group(self, message: Message) -> None:
+        """Deliver the first message of a message group this consumer gets (now its owner):
+        the MESSAGE says so (``JMSXGroupFirstForConsumer:true``)."""
+        head = self.head
+        self.head = head + GROUP_FIRST_LINE
+        try:
+            self.deliver(message)
+        finally:
+            self.head = head
 
     def redeliver(self, messages: list[Message]) -> None:
         """Deliver NACKed messages again. A durable subscriber's wait for acknowledgement in
@@ -310,6 +340,19 @@ class Subscription:
         self._release(messages)
         return messages
 
+    def take_unacked_of(self, destination: str) -> list[Message]:
+        """Remove and return the unacknowledged messages of one destination, oldest first
+        (a wildcard subscription leaving it)."""
+        if not self.unacked:
+            return []
+        messages = [m for m in self.unacked.values() if m.destination == destination]
+        for message in messages:
+            del self.unacked[message.message_id]
+            if self.written_order is not None:
+                self.written_order.pop(message.message_id, None)
+        self._release(messages)
+        return messages
+
     def _release(self, messages: list[Message]) -> None:
         self.inflight_messages -= len(messages)
         self.inflight_bytes -= sum(m.size for m in messages)
@@ -332,4 +375,6 @@ class Subscription:
             "durable": "/".join(self.durable_key) if self.durable_key else None,
             "replaying": self.replaying if self.durable_key else None,
             "policy": self.policy,
+            "selector": self.selector.text if self.selector is not None else None,
+            "exclusive": self.exclusive,
         }

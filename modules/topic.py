@@ -12,6 +12,7 @@ from collections import deque
 
 import structlog
 
+from wiremq.modules.deadletter import REDELIVERY_LIMIT, REJECTED
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
 from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.journal.schema import NO_SUBSCRIBERS, SLOW_SUBSCRIBER, SUBSCRIBER_LEFT
@@ -47,6 +48,7 @@ class Topic(Destination):
         self.buffer: deque[Message | None] = deque()  # None: an expired message's place
         self.first = 0  # index of buffer[0] in the topic's message sequence
         self.unwritten_dropped = 0  # messages dropped from subscribers that went away
+        self.selecting = 0  # subscribers with a selector
         self.live = services.flow.live
         self.own_live: Watermark | None = None
         self._make_own_watermarks()
@@ -75,10 +77,20 @@ class Topic(Destination):
             stored = message.store_seq
             if not consumers and not stored:
                 self.services.journal.discarded((message,), NO_SUBSCRIBERS)
-            for subscription in consumers:
-                subscription.cursor += 1
-                if not (stored and subscription.skips(message)):
-                    subscription.deliver(message)
+            if self.selecting:  # some subscriber has a selector
+                selected = False
+                for subscription in consumers:
+                    subscription.cursor += 1
+                    if not subscription.skips(message):
+                        subscription.deliver(message)
+                        selected = True
+                if consumers and not selected and not stored:
+                    self.services.journal.discarded((message,), NO_SUBSCRIBERS)
+            else:
+                for subscription in consumers:
+                    subscription.cursor += 1
+                    if not (stored and subscription.left_to_replay(message)):
+                        subscription.deliver(message)
             self.first += 1
             return
         self.buffer.append(message)
@@ -187,6 +199,8 @@ class Topic(Destination):
         subscription.cursor = self.first + len(self.buffer)  # only what comes from now on
         subscription.policy = self.policy.slowsubscriberpolicy
         super().subscribe(subscription)
+        if subscription.accepts is not None:
+            self.selecting += 1
 
     def registered(self, subscription: Subscription, info: SubscriptionInfo) -> None:
         """A durable subscriber's subscription is in the store: it replays what it missed."""
@@ -198,6 +212,8 @@ class Topic(Destination):
         logged."""
         del self.consumers[subscription]
         self._consumer_gone(subscription)
+        if subscription.accepts is not None:
+            self.selecting -= 1
         unacked = subscription.take_unacked()
         journal = self.services.journal
         journal.ended(subscription, unacked or unwritten)
@@ -261,14 +277,24 @@ class Topic(Destination):
         self, subscription: Subscription, messages: list[Message], requeue: bool
     ) -> StoreTransaction:
         """NACKed messages go to that subscriber again, flagged as redelivered (a copy:
-        the other subscribers share the message); with requeue false they are dropped
-        for it, which for a durable subscriber is an acknowledgement."""
+        the other subscribers share the message), unless that is more than
+        ``maxredeliveries``; with requeue false, or past that, a copy goes to the dead
+        message queue and the message is done with for the subscriber, which for a
+        durable subscriber is an acknowledgement."""
+        copies = [message.redelivery() for message in messages]
+        limit = self.policy.maxredeliveries
+        dead = copies if not requeue else [c for c in copies if 0 <= limit < c.redeliveries]
+        if dead:
+            reason = REJECTED if not requeue else REDELIVERY_LIMIT
+            self.services.dead_letters.move(self.name, dead, reason, shared=True)
         if not requeue:
             return self.acknowledged(subscription, messages)
         if subscription.ended:  # a durable subscriber gets them from the store when back
             return NOTHING
-        subscription.redeliver([message.redelivery() for message in messages])
-        return NOTHING
+        again = [c for c in copies if c not in dead]
+        subscription.redeliver(again)
+        done = [m for m, c in zip(messages, copies, strict=True) if c in dead]
+        return self.acknowledged(subscription, done) if done else NOTHING
 
     @property
     def received(self) -> int:

@@ -7,6 +7,7 @@ queued by timers and store callbacks are written in one burst.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -14,10 +15,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import structlog
 from twisted.internet import defer
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReadDescriptor
+from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from wiremq.modules.egress import Outbox
+from wiremq.server._syncthread import SyncThread
+
+log = structlog.get_logger("wiremq.server")
 
 T = TypeVar("T")
 Job = tuple[Callable[[], Any], Callable[[Any], None], Callable[[Exception], None]]
@@ -105,22 +112,117 @@ class ThreadWorker:
         return finished
 
 
+@implementer(IReadDescriptor)
+class SyncThreadLogWriter:
+    """``modules.runtime.LogWriter`` on a ``SyncThread`` (``_syncthread.c``).
+
+    The write and the sync run on a C thread that never takes the interpreter
+    lock and reports through a pipe the reactor watches: a commit costs the
+    event loop no hand-over of the lock and no turn through Twisted's thread
+    queue (measured: see docs/architecture.md, "Speed"). Writes wait here and go
+    to the thread one at a time, in order.
+    """
+
+    def __init__(self, runtime: TwistedRuntime) -> None:
+        self.runtime = runtime
+        self._notified, notify = os.pipe()
+        os.set_blocking(self._notified, False)
+        self._thread = SyncThread(notify)
+        self._notify = notify
+        self._waiting: deque[tuple[int, int, bytes, Callable[[], None], Callable[[OSError], None]]]
+        self._waiting = deque()
+        self._in_hand: tuple[Callable[[], None], Callable[[OSError], None]] | None = None
+        self._drains: list[defer.Deferred[None]] = []
+        runtime.reactor.addReader(self)
+
+    def write(
+        self,
+        fd: int,
+        offset: int,
+        data: bytes,
+        done: Callable[[], None],
+        failed: Callable[[OSError], None],
+    ) -> None:
+        self._waiting.append((fd, offset, data, done, failed))
+        if self._in_hand is None:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        fd, offset, data, done, failed = self._waiting.popleft()
+        self._thread.write(fd, offset, data)
+        self._in_hand = (done, failed)
+
+    def doRead(self) -> None:
+        """The thread finished a write: report it (and hand it the next one first)."""
+        os.read(self._notified, 4096)
+        if self._in_hand is None:
+            return
+        error = self._thread.result()
+        if error is None:
+            return
+        done, failed = self._in_hand
+        self._in_hand = None
+        if self._waiting:
+            self._hand_over()
+        try:
+            if error:
+                failed(OSError(error, os.strerror(error)))
+            else:
+                done()
+        except Exception:  # the reader must stay registered whatever a callback does
+            log.exception("log_writer.callback_failed")
+        if self._in_hand is None and not self._waiting:
+            drains, self._drains = self._drains, []
+            for drained in drains:
+                drained.callback(None)
+        self.runtime.outbox.flush()
+
+    def fileno(self) -> int:
+        return self._notified
+
+    def logPrefix(self) -> str:
+        return "wiremq-log-writer"
+
+    def connectionLost(self, reason: Failure) -> None:
+        """Nothing to do: ``stop`` removes the reader."""
+
+    def drained(self) -> defer.Deferred[None]:
+        """Fires once every write handed over so far has been reported."""
+        drained: defer.Deferred[None] = defer.Deferred()
+        if self._in_hand is None and not self._waiting:
+            drained.callback(None)
+        else:
+            self._drains.append(drained)
+        return drained
+
+    def stop(self) -> None:
+        """Finish the write in hand (unreported) and end the thread."""
+        self.runtime.reactor.removeReader(self)
+        self._thread.close()
+        os.close(self._notified)
+        os.close(self._notify)
+
+
 class TwistedRuntime:
     """``call_soon`` runs its functions once the event being handled is done: right after
     a socket read has been handled (``after_read``, before its writes), or, for calls
-    from anywhere else (timers, store results), on the reactor's next turn."""
+    from anywhere else (timers, store results), on the reactor's next turn. A function
+    that asks for another while they run gets it in the same run, not a turn later (the
+    group commit closes its batch that way once a read is handled)."""
 
     def __init__(self, reactor: Any, outbox: Outbox) -> None:
         self.reactor = reactor
         self.outbox = outbox
         self.workers: dict[str, ThreadWorker] = {}
         self._soon: deque[Callable[[], None]] = deque()
+        self._log_writer: SyncThreadLogWriter | None = None
         self._scheduled = False  # a reactor call will run _soon
+        self._draining = False  # _soon is being run: what is added joins the run
         self.reading = False  # a socket read is being handled: after_read will run _soon
 
     def call_soon(self, function: Callable[[], None]) -> None:
         self._soon.append(function)
-        if not self.reading and not self._scheduled:
+        if not self.reading and not self._draining and not self._scheduled:
             self._scheduled = True
             self.reactor.callLater(0, self._run_soon)
 
@@ -137,8 +239,12 @@ class TwistedRuntime:
 
     def _drain_soon(self) -> None:
         soon = self._soon
-        while soon:
-            soon.popleft()()
+        self._draining = True
+        try:
+            while soon:
+                soon.popleft()()
+        finally:
+            self._draining = False
 
     def call_later(self, delay: float, function: Callable[[], None]) -> _Timer:
         return _Timer(self.reactor.callLater(delay, self._run, function))
@@ -159,15 +265,25 @@ class TwistedRuntime:
             worker = self.workers[name] = ThreadWorker(name, self)
         return worker
 
+    def log_writer(self) -> SyncThreadLogWriter:
+        if self._log_writer is None:
+            self._log_writer = SyncThreadLogWriter(self)
+        return self._log_writer
+
     @defer.inlineCallbacks
     def stop_workers(self) -> Any:
         """Let queued store work finish, then stop the worker threads."""
+        if self._log_writer is not None:
+            yield self._log_writer.drained()
         for worker in self.workers.values():
             yield worker.drained()
         self.stop_threads()
 
     def stop_threads(self) -> None:
         """Stop the worker threads (waiting for the call each one is running)."""
+        if self._log_writer is not None:
+            self._log_writer.stop()
+            self._log_writer = None
         for worker in self.workers.values():
             worker.stop()
         self.workers.clear()

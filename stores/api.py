@@ -10,7 +10,8 @@ and an expired message be moved to a dead message queue without a moment in
 which it is in neither place. When ``commit`` returns, its transactions are
 durable (a receipt may be sent).
 
-Threads: ``commit`` is called by one thread at a time (the server's writer
+Threads: ``commit`` (or its steps, ``begin`` to ``finish``) is called by one
+thread at a time (the server's event loop; ``write`` and ``take_back`` on a
 worker); ``read``, ``expired``, ``catch_up`` and ``pack`` by one other thread at a
 time (its store worker); the count readers and ``subscriptions`` from any
 thread. Reads see every transaction whose ``commit`` has returned.
@@ -18,17 +19,19 @@ thread. Reads see every transaction whose ``commit`` has returned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from .durable import SubscriptionInfo, SubscriptionKey
+from .errors import StoreError
 from .records import StoredMessage
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"
 
 Position = tuple[str, int]  # (destination, sequence number in its log)
+Match = Callable[[StoredMessage], bool]  # which stored messages a read returns
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,41 @@ class Batch:
     expired: list[tuple[int, StoredMessage]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class LogWrite:
+    """The bytes that make a commit durable, and where they go: ``record`` written at
+    ``offset`` of the open file ``fd``, then synced.
+
+    ``fd`` is -1 (and ``offset`` 0) if the record needs a new file first, which only
+    ``MessageStore.write`` can start.
+    """
+
+    lsn: int
+    record: bytes
+    fd: int
+    offset: int
+
+    @property
+    def in_place(self) -> bool:
+        """Whether it goes into the open file (so that any thread may write and sync it)."""
+        return self.fd >= 0
+
+
+@dataclass(slots=True)
+class PendingCommit:
+    """A commit decided in memory (``MessageStore.begin``) whose record is not durable yet.
+
+    ``write`` is its record (None if it changes nothing stored), ``results`` what
+    ``finish`` returns; ``undo`` puts the store's memory back as it was and
+    ``publish`` shows the other threads what the commit changed.
+    """
+
+    results: list[Committed]
+    write: LogWrite | None
+    undo: Callable[[], None]
+    publish: Callable[[], None]
+
+
 class MessageStore(Protocol):
     """Persistent queue and topic messages and durable subscriptions."""
 
@@ -143,14 +181,48 @@ class MessageStore(Protocol):
         Raises ``StoreError`` if they could not be made durable (then none is).
         """
 
+    def begin(self, transactions: Sequence[StoreTransaction]) -> PendingCommit:
+        """``commit`` in steps, so that the event loop decides and a thread of the
+        caller's choice writes: decide ``transactions`` in memory and encode their record
+        (no I/O). One commit at a time, until ``finish`` or ``abandon``. Raises
+        ``StoreError`` (nothing changed) if they cannot be stored."""
+
+    def write(self, pending: PendingCommit) -> None:
+        """Make its record durable on this thread (it may start a new file). Raises
+        ``StoreError`` (the bytes taken back) if it could not."""
+
+    def take_back(self, pending: PendingCommit, error: OSError) -> StoreError:
+        """Its record's write failed elsewhere: take the bytes back (I/O); returns the
+        error to report."""
+
+    def finish(self, pending: PendingCommit) -> list[Committed]:
+        """Its record is durable: publish what it changed; returns its results."""
+
+    def abandon(self, pending: PendingCommit) -> None:
+        """Its record could not be made durable: none of its transactions happened."""
+
     def read(
-        self, destination: str, *, now_ms: int, after_seq: int, limit: int, max_bytes: int
+        self,
+        destination: str,
+        *,
+        now_ms: int,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> Batch:
         """The messages of ``destination`` after ``after_seq``, in order, none expired.
 
         Stops after examining ``limit`` messages (expired ones included) or
         before exceeding ``max_bytes``; a message bigger than ``max_bytes``
         still comes back alone.
+
+        With ``match`` (a queue looking for what one of its consumers selects, or for
+        one priority), only the messages it accepts come back (expired ones are
+        still reported): it stops once ``limit`` came back, after examining
+        ``examine`` messages (``limit`` if not given), or before exceeding
+        ``max_bytes``. ``match`` runs on the reader's thread.
         """
 
     def expired(self, prefix: str, now_ms: int, limit: int) -> list[tuple[Position, StoredMessage]]:

@@ -1,7 +1,10 @@
 """WalStore: the ``MessageStore`` with a write-ahead log in front of ZODB.
 
 A commit is one record in the write-ahead log (``wal.py``): one write and one
-``fdatasync`` for all the transactions handed to it, then its results. ZODB
+``fdatasync`` for all the transactions handed to it, then its results. The
+server makes it in steps (``begin``: decided and encoded in memory on the event
+loop; the write and sync on a thread that never takes the interpreter lock;
+``finish``), so that only the sync happens off the event loop. ZODB
 stays the store of record and catches up later in large batches
 (``catch_up``, on the store worker), many records per ZODB commit: a
 FileStorage commit costs about a millisecond of CPU whatever it carries, so
@@ -34,7 +37,16 @@ from typing import TYPE_CHECKING
 import structlog
 from ZODB import DB
 
-from .api import QUEUE_PREFIX, Batch, Committed, MessageStore, Position, StoreTransaction
+from .api import (
+    QUEUE_PREFIX,
+    Batch,
+    Committed,
+    Match,
+    MessageStore,
+    PendingCommit,
+    Position,
+    StoreTransaction,
+)
 from .durable import DurableLogSet, SubscriptionInfo
 from .errors import StoreError, StoreOpenError
 from .filestorage import WAL_NOTE
@@ -95,13 +107,16 @@ class WalStore:
     - ``queue_root``, ``topic_root``: the stores' root names in their database.
     - ``clock``: monotonic seconds, for ``catch_up``'s time bound.
 
-    Threads: ``commit`` from one thread at a time (the writer);
-    ``read``, ``expired``, ``catch_up`` and ``pack`` from one other thread at a
-    time (the store worker), which should call ``catch_up`` whenever it is
-    idle or every few hundred milliseconds, so that the log stays short (an
-    open replays what is left) and reads find little to apply; ``count``,
-    ``totals``, ``destinations`` and ``subscriptions`` from any thread.
-    ``close`` once both have stopped.
+    Threads: ``commit``, or its steps (``begin``, then ``finish`` or
+    ``abandon``), from one thread at a time (the server's event loop), one
+    commit at a time; the record of a begun commit may be written and synced
+    by any thread (``write`` and ``take_back`` here, or its ``LogWrite`` by the
+    server's C sync thread); ``read``, ``expired``, ``catch_up`` and ``pack``
+    from one other thread at a time (the store worker), which should call
+    ``catch_up`` whenever it is idle or every few hundred milliseconds, so
+    that the log stays short (an open replays what is left) and reads find
+    little to apply; ``count``, ``totals``, ``destinations`` and
+    ``subscriptions`` from any thread. ``close`` once all have stopped.
     """
 
     def __init__(
@@ -204,30 +219,75 @@ class WalStore:
 
     # -- the writer ------------------------------------------------------------------------
 
-    def commit(self, transactions: Sequence[StoreTransaction]) -> list[Committed]:
-        """Apply ``transactions`` in order, each all or none; durable on return (one
-        write and one fdatasync for all of them, nothing at all if they change nothing
-        stored). Raises ``StoreError`` if they could not be made durable (then none is)."""
+    def begin(self, transactions: Sequence[StoreTransaction]) -> PendingCommit:
+        """Decide ``transactions`` in memory and encode their record, with no I/O: what
+        ``commit`` does before its write. ``finish`` once the record is durable (``write``
+        here, or its ``LogWrite`` elsewhere), ``abandon`` if it could not be; one commit at
+        a time. Raises ``StoreError`` (nothing changed) if they cannot be stored."""
         ops: list[Op] = []
         undo: Undo = []
         touched = Touched()
         try:
             results = [self._state.resolve(t, ops, undo, touched) for t in transactions]
-            if ops:
-                self._wal.append(encode(len(transactions), ops))
+            write = self._wal.place(encode(len(transactions), ops)) if ops else None
         except BaseException as exc:
-            for step in reversed(undo):
-                step()
+            _undo(undo)
             if isinstance(exc, Exception) and not isinstance(exc, StoreError):
                 raise StoreError(f"messages cannot be stored: {exc}") from exc
             raise
-        self._state.publish(touched)
-        return results
+        return PendingCommit(
+            results, write, lambda: _undo(undo), lambda: self._state.publish(touched)
+        )
+
+    def write(self, pending: PendingCommit) -> None:
+        """Make a begun commit's record durable on this thread (any thread, one at a time;
+        it may start a log segment). Raises ``StoreError`` (the bytes taken back) if it
+        could not."""
+        if pending.write is not None:
+            self._wal.write(pending.write)
+
+    def take_back(self, pending: PendingCommit, error: OSError) -> StoreError:
+        """The write of a begun commit failed elsewhere: take its bytes back (I/O, so off
+        the event loop); returns the error to ``abandon`` it with."""
+        assert pending.write is not None
+        return self._wal.take_back(pending.write, error)
+
+    def finish(self, pending: PendingCommit) -> list[Committed]:
+        """A begun commit's record is durable: publish what it changed; its results."""
+        if pending.write is not None:
+            self._wal.written(pending.write)
+        pending.publish()
+        return pending.results
+
+    def abandon(self, pending: PendingCommit) -> None:
+        """A begun commit's record could not be made durable: none of its transactions
+        happened."""
+        pending.undo()
+
+    def commit(self, transactions: Sequence[StoreTransaction]) -> list[Committed]:
+        """Apply ``transactions`` in order, each all or none; durable on return (one
+        write and one fdatasync for all of them, nothing at all if they change nothing
+        stored). Raises ``StoreError`` if they could not be made durable (then none is)."""
+        pending = self.begin(transactions)
+        try:
+            self.write(pending)
+        except BaseException:
+            self.abandon(pending)
+            raise
+        return self.finish(pending)
 
     # -- the store worker ------------------------------------------------------------------
 
     def read(
-        self, destination: str, *, now_ms: int, after_seq: int, limit: int, max_bytes: int
+        self,
+        destination: str,
+        *,
+        now_ms: int,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        match: Match | None = None,
+        examine: int | None = None,
     ) -> Batch:
         """The messages of ``destination`` after ``after_seq``, in order, none expired
         (see ``api.MessageStore.read``); applies what ZODB lacks first."""
@@ -238,7 +298,12 @@ class WalStore:
             if message_log is None:
                 return Batch([], after_seq, True)
             messages, expired, last_seq, at_end = message_log.read(
-                after_seq, now_ms=now_ms, limit=limit, max_bytes=max_bytes
+                after_seq,
+                now_ms=now_ms,
+                limit=limit,
+                max_bytes=max_bytes,
+                match=match,
+                examine=examine,
             )
         return Batch(messages, last_seq, at_end, expired)
 
@@ -349,6 +414,11 @@ def _decoded(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[int, t
     while batch:
         lsn = batch[-1][0]
         yield lsn, decode(batch.pop()[1])
+
+
+def _undo(undo: Undo) -> None:
+    for step in reversed(undo):
+        step()
 
 
 def _log_torn_tail(wal_dir: Path, torn: TornTail) -> None:

@@ -16,7 +16,7 @@ they count, so that watermarks and a reopen never need a scan.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import TypeVar
 
@@ -197,7 +197,14 @@ class MessageLog(Persistent):
                     yield first + offset, message
 
     def read(
-        self, after_seq: int, *, now_ms: int, limit: int, max_bytes: int
+        self,
+        after_seq: int,
+        *,
+        now_ms: int,
+        limit: int,
+        max_bytes: int,
+        match: Callable[[StoredMessage], bool] | None = None,
+        examine: int | None = None,
     ) -> tuple[list[tuple[int, StoredMessage]], list[tuple[int, StoredMessage]], int, bool]:
         """A batch in order after ``after_seq``: (messages, expired ones met, the last
         position examined, whether the end was reached).
@@ -205,23 +212,26 @@ class MessageLog(Persistent):
         Stops after examining ``limit`` messages (expired ones included, so a
         run of expired messages cannot make one call unbounded) or before
         exceeding ``max_bytes``; a message bigger than ``max_bytes`` still
-        comes back alone.
+        comes back alone. With ``match``, only the messages it accepts come
+        back, at most ``limit`` of them, after examining at most ``examine``
+        (see ``api.MessageStore.read``).
         """
         messages: list[tuple[int, StoredMessage]] = []
         expired: list[tuple[int, StoredMessage]] = []
         size = 0
         last_seq = after_seq
-        for seq, message in self.after(after_seq):
-            if len(messages) + len(expired) >= limit or (
-                messages and size + message.size > max_bytes
-            ):
+        most = limit if examine is None else examine
+        for examined, (seq, message) in enumerate(self.after(after_seq)):
+            if examined >= most or len(messages) >= limit:
                 return messages, expired, last_seq, False
-            last_seq = seq
             if message.expired(now_ms):
                 expired.append((seq, message))
-            else:
+            elif match is None or match(message):
+                if messages and size + message.size > max_bytes:
+                    return messages, expired, last_seq, False
                 messages.append((seq, message))
                 size += message.size
+            last_seq = seq
         return messages, expired, last_seq, True
 
     def upto(self, seq: int) -> Iterator[int]:

@@ -1,80 +1,53 @@
-"""VolQueueStore: non-persistent queue messages held in memory until delivered.
+"""VolQueueStore: the non-persistent queue messages held in memory until delivered.
 
-Each queue has one ``VolatileFifo`` (its messages in order), which the queue
-uses directly: the VolQueueStore only knows them all, so that counts per queue
-and in total are read without going through the queues.
+The messages themselves wait in their queue (``modules/queue.py``, in priority
+order with its persistent ones); the VolQueueStore counts them per queue and in
+total, so that counts are read without going through the queues. A queue
+tells its count what came in and went out once per dispatch.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, Protocol, TypeVar
 
+class VolatileCount:
+    """One queue's non-persistent messages in memory: how many, and their bytes."""
 
-class Sized(Protocol):
-    size: int
-
-
-M = TypeVar("M", bound=Sized)
-
-
-class VolatileFifo(deque[M], Generic[M]):
-    """One queue's non-persistent messages, oldest first: a deque, so that the queue appends
-    and takes them at C speed (one of each per message); their bytes are summed when
-    asked (the admin view), not kept per message."""
-
-    @property
-    def bytes(self) -> int:
-        return sum(m.size for m in self)
-
-    def push_front(self, messages: Iterable[M]) -> None:
-        """Put messages back at the front, keeping their order (redelivery)."""
-        self.extendleft(reversed(list(messages)))
-
-    def remove_if(self, condition: Callable[[M], bool]) -> list[M]:
-        """Remove and return the messages that meet ``condition`` (a cleanup pass)."""
-        removed = [m for m in self if condition(m)]
-        if removed:
-            kept = [m for m in self if not condition(m)]
-            self.clear()
-            self.extend(kept)
-        return removed
-
-
-class VolQueueStore(Generic[M]):
-    """The FIFOs of every queue, with message and byte counts."""
+    __slots__ = ("messages", "bytes")
 
     def __init__(self) -> None:
-        self._fifos: dict[str, VolatileFifo[M]] = {}
+        self.messages = 0
+        self.bytes = 0
 
-    def fifo(self, queue: str) -> VolatileFifo[M]:
-        """The FIFO of ``queue``, created on first use."""
-        fifo = self._fifos.get(queue)
-        if fifo is None:
-            fifo = self._fifos[queue] = VolatileFifo()
-        return fifo
 
-    def drop(self, queue: str) -> list[M]:
-        """Remove a queue and return what it held."""
-        fifo = self._fifos.pop(queue, None)
-        return list(fifo) if fifo is not None else []
+class VolQueueStore:
+    """The counts of every queue's non-persistent messages."""
 
-    def __iter__(self) -> Iterator[tuple[str, VolatileFifo[M]]]:
-        return iter(list(self._fifos.items()))
+    def __init__(self) -> None:
+        self._counts: dict[str, VolatileCount] = {}
+
+    def counter(self, queue: str) -> VolatileCount:
+        """The count of ``queue``, created on first use."""
+        count = self._counts.get(queue)
+        if count is None:
+            count = self._counts[queue] = VolatileCount()
+        return count
+
+    def drop(self, queue: str) -> None:
+        """A queue is removed."""
+        self._counts.pop(queue, None)
 
     def count(self, queue: str) -> int:
-        fifo = self._fifos.get(queue)
-        return len(fifo) if fifo is not None else 0
+        count = self._counts.get(queue)
+        return count.messages if count is not None else 0
 
     def byte_count(self, queue: str) -> int:
-        fifo = self._fifos.get(queue)
-        return fifo.bytes if fifo is not None else 0
+        count = self._counts.get(queue)
+        return count.bytes if count is not None else 0
 
     @property
     def total_messages(self) -> int:
-        return sum(len(f) for f in self._fifos.values())
+        return sum(c.messages for c in self._counts.values())
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.bytes for f in self._fifos.values())
+        return sum(c.bytes for c in self._counts.values())

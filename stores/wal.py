@@ -27,9 +27,12 @@ zeroed, ``TornTail``); damage followed by good records is refused with
 ``StoreOpenError`` and nothing is changed. Segments are deleted once every
 database has applied all their records (``release``).
 
-Threads: ``append`` (and ``start``) from the committing thread; ``records``,
-``release`` and ``prepare`` from one other thread; they share the segment list
-under a lock.
+Threads: the committing side (``start``, ``place``, ``write``, ``take_back``,
+``written``, ``append``) one call at a time, ``place`` to ``written`` for one
+record before the next is placed; a record placed ``in_place`` may be written
+and synced by any thread (the server's C sync thread) between the two.
+``records``, ``release`` and ``prepare`` from one other thread; they share the
+segment list under a lock.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pathlib import Path
 
 import zc.lockfile
 
+from .api import LogWrite
 from .errors import StoreError, StoreOpenError
 
 HEADER = struct.Struct(">IIQ")  # crc32, payload length, LSN
@@ -253,35 +257,65 @@ class WriteAheadLog:
 
     # -- the committing thread ------------------------------------------------------------
 
-    def append(self, payload: bytes) -> int:
-        """Write one record and make it durable; returns its LSN.
+    def place(self, payload: bytes) -> LogWrite:
+        """The next record, encoded, and where it goes (no I/O): in the open segment if it
+        fits there, else in a new one (``in_place`` false: ``write`` starts it).
 
-        Raises ``StoreError`` if it could not be made durable; the bytes
-        written are zeroed again, so that the record is not found at the next
-        open. If even that fails, every later append fails too (the process
-        must restart and the next open decides what reached the disk).
+        Raises ``StoreError`` if an earlier failure stopped the log.
         """
         if self._failed:
             raise StoreError(f"the write-ahead log failed earlier ({self._failed}); restart")
-        lsn = self._next_lsn
-        record = encode_record(lsn, payload)
-        offset = self._offset
+        record = encode_record(self._next_lsn, payload)
+        if self._offset + len(record) > self._segment.size:
+            return LogWrite(self._next_lsn, record, -1, 0)
+        return LogWrite(self._next_lsn, record, self._fd, self._offset)
+
+    def write(self, write: LogWrite) -> None:
+        """Make a placed record durable here (starting a new segment if it needs one).
+
+        Raises ``StoreError`` if it could not; the bytes written are then taken
+        back (``take_back``).
+        """
+        if not write.in_place:
+            try:
+                self._rotate(len(write.record))
+            except OSError as exc:
+                raise StoreError(f"cannot start a write-ahead log segment: {exc}") from exc
+            write.fd, write.offset = self._fd, 0
         try:
-            if offset + len(record) > self._segment.size:
-                self._rotate(len(record))
-                offset = 0
+            self._write_record(write.fd, write.record, write.offset)
+            sync_data(write.fd)
         except OSError as exc:
-            raise StoreError(f"cannot start a write-ahead log segment: {exc}") from exc
+            raise self.take_back(write, exc) from exc
+
+    def take_back(self, write: LogWrite, error: OSError) -> StoreError:
+        """A write of a placed record failed (here or on another thread): zero what it may
+        have left, so that the record is not found at the next open; returns the error to
+        report. If even that fails, every later record fails too (the process must
+        restart and the next open decides what reached the disk)."""
+        size = max(0, min(len(write.record), self._segment.size - write.offset))
         try:
-            self._write_record(self._fd, record, offset)
-            sync_data(self._fd)
-        except OSError as exc:
-            self._take_back(offset, len(record), exc)
-            raise StoreError(f"cannot write the write-ahead log: {exc}") from exc
-        self._offset = offset + len(record)
-        self._next_lsn = lsn + 1
-        self.durable_lsn = lsn
-        return lsn
+            _zero(write.fd, write.offset, size)
+            sync_data(write.fd)
+        except OSError:
+            self._failed = str(error)
+        return StoreError(f"cannot write the write-ahead log: {error}")
+
+    def written(self, write: LogWrite) -> int:
+        """A placed record is durable: the next one follows it. Returns its LSN."""
+        self._offset = write.offset + len(write.record)
+        self._next_lsn = write.lsn + 1
+        self.durable_lsn = write.lsn
+        return write.lsn
+
+    def append(self, payload: bytes) -> int:
+        """Write one record and make it durable, on this thread; returns its LSN.
+
+        Raises ``StoreError`` if it could not be made durable (see ``write``).
+        """
+        write = self.place(payload)
+        self.write(write)
+        return self.written(write)
 
     def _write_record(self, fd: int, record: bytes, offset: int) -> None:
         """Write ``record`` at ``offset`` (a seam: tests replace it to tear writes)."""
@@ -290,18 +324,13 @@ class WriteAheadLog:
             written = os.pwrite(fd, view, offset)
             view, offset = view[written:], offset + written
 
-    def _take_back(self, offset: int, size: int, exc: OSError) -> None:
-        try:
-            _zero(self._fd, offset, max(0, min(size, self._segment.size - offset)))
-            sync_data(self._fd)
-        except OSError:
-            self._failed = str(exc)
-
     def _rotate(self, needed: int) -> None:
         """Start the next segment (it takes the LSN of the next record as its name).
 
         Until the new segment is in place the current one stays in use, so a
-        failure here (no space for a new segment) fails this append only.
+        failure here (no space for a new segment) fails this append only. A
+        current segment that holds no record yet (a fresh log's first record is
+        bigger than a segment) has that name already: the new one replaces it.
         """
         path = self.folder / segment_name(self._next_lsn)
         size = max(self.segment_bytes, needed)

@@ -237,8 +237,10 @@ class StoreState:
         """Apply one transaction to the state; appends its operations to ``ops``, the way
         back to ``undo`` (run it backwards) and what it changed to ``touched``."""
         subscriptions = tuple(
-            self._subscribe(key, topic, selector, ops, undo, touched)
-            for key, topic, selector in txn.subscribes
+            [
+                self._subscribe(key, topic, selector, ops, undo, touched)
+                for key, topic, selector in txn.subscribes
+            ]
         )
         for key in txn.unsubscribes:
             if key in self._subs:

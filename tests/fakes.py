@@ -6,6 +6,7 @@ the test says so (``run_workers``), so the order of events is the test's to choo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,26 @@ class FakeWorker:
         return ran
 
 
+class FakeLogWriter(FakeWorker):
+    """Queues log writes as worker calls: ``run`` writes and syncs them (for real) and
+    reports them, in order, as the server's sync thread does."""
+
+    def write(
+        self,
+        fd: int,
+        offset: int,
+        data: bytes,
+        done: Callable[[], None],
+        failed: Callable[[OSError], None],
+    ) -> None:
+        self.submit(lambda: _write_and_sync(fd, offset, data), lambda _: done(), failed)  # type: ignore[arg-type]
+
+
+def _write_and_sync(fd: int, offset: int, data: bytes) -> None:
+    os.pwrite(fd, data, offset)
+    os.fdatasync(fd)
+
+
 @dataclass
 class FakeRuntime:
     now: float = 1000.0  # seconds; now_ms derives from it
@@ -75,6 +96,10 @@ class FakeRuntime:
 
     def worker(self, name: str) -> FakeWorker:
         return self.workers.setdefault(name, FakeWorker())
+
+    def log_writer(self) -> FakeLogWriter:
+        """The log's writes, as the worker "log"."""
+        return self.workers.setdefault("log", FakeLogWriter())  # type: ignore[return-value]
 
     def run_soon(self) -> None:
         while self.soon:

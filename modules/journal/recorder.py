@@ -168,7 +168,12 @@ class Journal:
     # -- expiry and cleanup ----------------------------------------------------------------
 
     def expired(self, destination: str, messages: Sequence[Message], dmq: str | None) -> None:
-        """Messages held in memory expired: discarded, or copied to ``dmq``."""
+        """Messages held in memory expired: discarded, or copied to ``dmq`` (which
+        ``dead_lettered`` records)."""
+
+    def dead_lettered(self, messages: Sequence[Message], dmq: str, reason: str) -> None:
+        """Messages held in memory were moved to the dead message queue ``dmq``: expired,
+        delivered too often (``redelivery limit``) or NACKed without requeue (``rejected``)."""
 
     def expired_stored(
         self,
@@ -376,8 +381,9 @@ class RecordingJournal(Journal):
         if run is not None:
             run.removed += len(messages)
             self._add(kinds.REMOVED, messages, store, run_id)
-        if dmq is not None:
-            self._add(kinds.DEAD_LETTERED, messages, dmq, EXPIRED)
+
+    def dead_lettered(self, messages: Sequence[Message], dmq: str, reason: str) -> None:
+        self._add(kinds.DEAD_LETTERED, messages, dmq, reason)
 
     def expired_stored(
         self,

@@ -182,6 +182,8 @@ TRANSACTION_FAILED = "transaction-failed"  # its COMMIT failed (ERROR); nothing 
 TRANSACTION_DISCARDED = "transaction-discarded"  # the memory manager or an XA timeout did
 SERVER_STOPPED = "server-stopped"  # a non-persistent message still held at shutdown
 EXPIRED = "expired"  # why a message was dead-lettered
+REDELIVERY_LIMIT = "redelivery limit"  # dead-lettered: delivered maxredeliveries times
+REJECTED = "rejected"  # dead-lettered: NACKed without requeue
 PURGED = "purged"  # an operator purged (or deleted) its queue
 DELETED = "deleted"  # an operator deleted the message
 REASONS = (
@@ -194,6 +196,8 @@ REASONS = (
     TRANSACTION_DISCARDED,
     SERVER_STOPPED,
     EXPIRED,
+    REDELIVERY_LIMIT,
+    REJECTED,
     PURGED,
     DELETED,
 )

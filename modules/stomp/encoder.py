@@ -20,6 +20,8 @@ from wiremq.modules.stomp.codec import escape
 
 HEARTBEAT = b"\n"
 MESSAGE_COMMAND = b"MESSAGE\n"
+# In a MESSAGE head: the first message of a message group this consumer gets.
+GROUP_FIRST_LINE = b"JMSXGroupFirstForConsumer:true\n"
 # Commands whose headers are never escaped (the version is not agreed yet).
 _UNESCAPED = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 
@@ -101,6 +103,11 @@ def ack_suffix(subscription_number: int) -> bytes:
 def with_discard_indication(head: bytes, discarded: int) -> bytes:
     """A MESSAGE head that also says how many messages were discarded before it."""
     return MESSAGE_COMMAND + b"discarded:%d\n" % discarded + head[len(MESSAGE_COMMAND) :]
+
+
+def browser_end(head: bytes, destination: str) -> bytes:
+    """The MESSAGE that ends a queue browser's snapshot (after the subscription's head)."""
+    return head + b"destination:" + escape(destination, "1.2").encode() + b"\nbrowser:end\n\n\0"
 
 
 def escaped_message_tail(

@@ -47,12 +47,18 @@ def _figure(browser: WebDriver, path: str) -> str:
 
 
 def _row(browser: WebDriver, section: str, first_cell: str) -> list[str]:
-    """The cells of the row of a table whose first cell reads ``first_cell``."""
-    for row in _section(browser, section).find_elements(By.CSS_SELECTOR, "tbody tr"):
-        cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
-        if cells and cells[0] == first_cell:
-            return cells
-    return []
+    """The cells of the row of a table whose first cell reads ``first_cell`` (read again if
+    the page redraws the table while it is read)."""
+
+    def cells_of_row(_: WebDriver) -> list[str]:
+        for row in _section(browser, section).find_elements(By.CSS_SELECTOR, "tbody tr"):
+            cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+            if cells and cells[0] == first_cell:
+                return cells
+        return [""]  # not there: a list that is true, so that the wait ends
+
+    found: list[str] = _wait(browser, cells_of_row)
+    return found if found != [""] else []
 
 
 def _headers(browser: WebDriver, section: str) -> list[str]:

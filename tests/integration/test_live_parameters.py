@@ -384,3 +384,26 @@ def test_a_change_of_a_parameter_that_is_not_live_leaves_the_server_as_it_was(re
     client.connect()
     state = call_in_reactor(reactor, server.flow_state)
     assert state["clients"][0]["egress"]["D-1"]["max_work"] == 20000
+
+
+def test_redelivery_settings_apply_to_the_next_redelivery(console):
+    server, api = console
+    base = f"/api/destinations/{encoded('/queue/again')}/parameters"
+    api.ok("PUT", f"{base}/maxredeliveries", {"value": 1})
+    api.ok("PUT", f"{base}/redeliverydelay", {"value": 500})
+    dead, dead_recorder = connect(server.port)
+    dead.subscribe("/queue/DMQ", id="d", headers={"receipt": "d"})
+    consumer, recorder = connect(server.port)
+    consumer.subscribe("/queue/again", id="1", ack="client-individual", headers={"receipt": "s"})
+    assert recorder.wait_until(lambda: "s" in recorder.receipts)
+    assert dead_recorder.wait_until(lambda: "d" in dead_recorder.receipts)
+    fill(server.port, "/queue/again", ["twice"])
+    (first,) = recorder.wait_for_messages(1)
+    nacked = time.monotonic()
+    consumer.nack(first.headers["ack"])
+    again = recorder.wait_for_messages(2)[-1]
+    assert time.monotonic() - nacked >= 0.45 and again.headers["x-delivery-count"] == "1"
+    consumer.nack(again.headers["ack"])
+    (moved,) = dead_recorder.wait_for_messages(1)
+    assert moved.headers["dead-reason"] == "redelivery limit"
+    assert moved.headers["dead-delivery-count"] == "2"

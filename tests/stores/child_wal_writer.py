@@ -16,24 +16,31 @@ The commits run on the main thread; the store worker's calls (reads, expiry,
 catch-up) on a second one in ``run`` mode, as in the server. Each write of a
 log record is split in two with a pause between, and each ZODB commit lingers
 between writing its data and marking it committed, so that kills often tear a
-record or a catch-up commit. ``backlog`` mode never catches up, so that the log
-grows (it only appends: reads catch up first); ``replay`` mode prints OPENING,
-opens the store (which replays the log), prints OPENED and waits to be killed.
+record or a catch-up commit. ``thread`` mode is ``run`` with the commits made
+as the server makes them: decided on the main thread, each record written and
+synced by the C sync thread (``server/_syncthread.c``), whose writes are whole.
+``backlog`` mode never catches up, so that the log grows (it only appends:
+reads catch up first); ``replay`` mode prints OPENING, opens the store (which
+replays the log), prints OPENED and waits to be killed.
 
 usage: child_wal_writer.py FOLDER MODE FIRST_NUMBER SEED
 """
 
 from __future__ import annotations
 
+import os
 import random
+import select
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ZODB.FileStorage import FileStorage
 
-from wiremq.stores.api import StoreTransaction
+from wiremq.server._syncthread import SyncThread
+from wiremq.stores.api import Committed, StoreTransaction
 from wiremq.stores.messagestore import WalStore
 from wiremq.stores.records import StoredMessage
 from wiremq.stores.storage import Location
@@ -89,15 +96,53 @@ def say(tag: str, *items: object) -> None:
     print(tag, *items, flush=True)
 
 
+class SyncThreadCommits:
+    """Commits in the server's steps: ``begin`` here, the record's write and sync on the
+    C sync thread, ``finish`` (or take back and ``abandon``) once it reports."""
+
+    def __init__(self, store: WalStore) -> None:
+        self.store = store
+        self.notified, notify = os.pipe()
+        self.thread = SyncThread(notify)
+
+    def commit(self, transactions: list[StoreTransaction]) -> list[Committed]:
+        store = self.store
+        pending = store.begin(transactions)
+        write = pending.write
+        if write is not None and write.in_place:
+            self.thread.write(write.fd, write.offset, write.record)
+            select.select([self.notified], [], [])
+            os.read(self.notified, 64)
+            error = self.thread.result()
+            if error:
+                failure = store.take_back(pending, OSError(error, os.strerror(error)))
+                store.abandon(pending)
+                raise failure
+        else:  # nothing to write, or a record that starts a segment
+            try:
+                store.write(pending)
+            except BaseException:
+                store.abandon(pending)
+                raise
+        return store.finish(pending)
+
+
 class Writer:
-    def __init__(self, store: WalStore, first: int, rng: random.Random) -> None:
+    def __init__(
+        self,
+        store: WalStore,
+        first: int,
+        rng: random.Random,
+        commit: Callable[[list[StoreTransaction]], list[Committed]],
+    ) -> None:
         self.store = store
         self.rng = rng
         self.numbers = iter(range(first, 2**62))
         self.worker = threading.Lock()  # the store worker's calls, one at a time
+        self._commit = commit
 
     def commit(self, **changes: object) -> tuple[object, ...]:
-        (result,) = self.store.commit([StoreTransaction(**changes)])  # type: ignore[arg-type]
+        (result,) = self._commit([StoreTransaction(**changes)])  # type: ignore[arg-type]
         return (result.positions, result.removed)
 
     def read(self, destination: str, after_seq: int, limit: int) -> list[tuple[int, StoredMessage]]:
@@ -187,8 +232,9 @@ def main(folder: Path, mode: str, first: int, seed: int) -> None:
         return
     if not store.subscriptions():
         store.commit([StoreTransaction(subscribes=((KEY, TOPIC, ""),))])
-    writer = Writer(store, first, random.Random(seed))
-    if mode == "run":
+    commit = SyncThreadCommits(store).commit if mode == "thread" else store.commit
+    writer = Writer(store, first, random.Random(seed), commit)
+    if mode in ("run", "thread"):
         threading.Thread(target=writer.catch_up_forever, daemon=True).start()
     say("READY")
     while True:

@@ -78,6 +78,51 @@ class FacadeQueueTests:
         batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=100)
         assert [m.message_id for _, m in batch.messages] == ["big"] and not batch.at_end
 
+    def test_a_read_with_a_match_returns_what_it_accepts_and_examines_at_most_examine(
+        self, wal: WalStores
+    ) -> None:
+        store = wal.open()
+        sent = [message(f"m{i}", body=b"x" * 10, headers=(("k", str(i % 5)),)) for i in range(40)]
+        seqs = send(store, *sent)
+        wanted = lambda m: dict(m.headers)["k"] == "0"  # noqa: E731
+        first = store.read(
+            "/queue/a", now_ms=0, after_seq=0, limit=3, max_bytes=10**6, match=wanted, examine=12
+        )
+        assert [s for s, _ in first.messages] == [seqs[0], seqs[5], seqs[10]]
+        assert first.last_seq == seqs[10] and not first.at_end  # stopped at ``limit`` found
+        second = store.read(
+            "/queue/a",
+            now_ms=0,
+            after_seq=first.last_seq,
+            limit=9,
+            max_bytes=10**6,
+            match=wanted,
+            examine=12,
+        )
+        assert [s for s, _ in second.messages] == [seqs[15], seqs[20]]
+        assert second.last_seq == seqs[22] and not second.at_end  # examined 12
+        rest = store.read(
+            "/queue/a",
+            now_ms=0,
+            after_seq=second.last_seq,
+            limit=9,
+            max_bytes=30,
+            match=wanted,
+            examine=1000,
+        )
+        assert [s for s, _ in rest.messages] == [seqs[25], seqs[30]]  # 14 B each: two fit in 30
+        assert rest.last_seq == seqs[34] and not rest.at_end
+        end = store.read(
+            "/queue/a",
+            now_ms=0,
+            after_seq=rest.last_seq,
+            limit=9,
+            max_bytes=10**6,
+            match=wanted,
+            examine=1000,
+        )
+        assert [s for s, _ in end.messages] == [seqs[35]] and end.at_end
+
     def test_reading_an_unknown_queue_is_empty(self, wal: WalStores) -> None:
         batch = wal.open().read("/queue/none", now_ms=0, after_seq=7, limit=10, max_bytes=10)
         assert batch.messages == [] and batch.at_end and batch.last_seq == 7

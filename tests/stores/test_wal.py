@@ -207,6 +207,16 @@ def test_a_large_message_is_not_kept_in_the_database_caches(tmp_path: Path) -> N
     store.close()
 
 
+def test_a_first_record_bigger_than_a_segment_replaces_the_empty_one(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_bytes=4096)
+    send(store, message("big", body=b"b" * 10_000))
+    assert len(segments(tmp_path)) == len(store.wal_segments()) == 1
+    crash(store)
+    store = open_store(tmp_path, segment_bytes=4096)
+    assert stored_ids(store) == ["big"]
+    store.close()
+
+
 def test_a_missing_segment_is_refused(tmp_path: Path) -> None:
     store = open_store(tmp_path, segment_bytes=4096)
     for i in range(40):

@@ -1,7 +1,8 @@
 """kill -9 aimed at the write-ahead log (MISSION B7): during record writes (torn tails),
-between the log and ZODB's catch-up, during catch-up commits and during the replay at
-open. What a commit confirmed is there, what a removal confirmed never comes back, and
-the one transaction in doubt at each kill is there entirely or not at all.
+during writes and syncs on the C sync thread, between the log and ZODB's catch-up,
+during catch-up commits and during the replay at open. What a commit confirmed is
+there, what a removal confirmed never comes back, and the one transaction in doubt at
+each kill is there entirely or not at all.
 
 A child (``child_wal_writer.py``) commits through ``WalStore`` on two FileStorage
 databases and logs each operation before and after its commit; it is SIGKILLed at a
@@ -89,7 +90,7 @@ def run_child(folder: Path, mode: str, ledger: Ledger, rng: random.Random, error
     # Kill at a random time, or right after the n-th announced commit (so the kill
     # lands inside it), or after the first mixed transaction announced past the n-th.
     announced = rng.randrange(1, 60)
-    aim = rng.choice(["time", "artkxe", "x"]) if mode == "run" else "time"
+    aim = rng.choice(["time", "artkxe", "x"]) if mode in ("run", "thread") else "time"
 
     def drain() -> None:  # also keeps the pipe empty, so the child never waits on it
         for line in child.stdout:  # type: ignore[union-attr]
@@ -191,8 +192,8 @@ def test_nothing_confirmed_is_lost_and_nothing_half_done_after_kill_9(tmp_path: 
             run_child(tmp_path, "backlog", ledger, rng, errors)
             output = run_child(tmp_path, "replay", ledger, rng, errors)
             interrupted_replays += "OPENED" not in output
-        else:
-            run_child(tmp_path, "run", ledger, rng, errors)
+        else:  # every other round commits through the C sync thread, as the server does
+            run_child(tmp_path, "thread" if round_ % 2 else "run", ledger, rng, errors)
         reopen_and_check(tmp_path, ledger)
     said = ledger.lines
     assert len(said["A"]) > 100 and said["R"] and said["K"] and said["E"] and ledger.mixed["X"]

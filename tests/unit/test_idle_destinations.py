@@ -41,7 +41,7 @@ def test_destinations_used_once_and_emptied_are_removed_and_busy_ones_stay(make_
     assert not set(names) & set(queues)
     assert set(queues) == {"/queue/kept-message", "/queue/kept-consumer"}
     assert set(topics) == {"/topic/kept-subscriber", "/topic/kept-durable"}
-    assert not net.core.volatile._fifos.keys() - set(queues), "their message stores went too"
+    assert not net.core.volatile._counts.keys() - set(queues), "their message stores went too"
 
     consumer.subscribe("/queue/kept-message", sub_id="late")
     assert consumer.bodies()[-1] == "waits"

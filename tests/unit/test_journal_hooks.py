@@ -110,7 +110,13 @@ def test_acks_nacks_and_a_consumer_that_leaves(make_net):
         "redelivered",
         "acknowledged",
     ]
-    assert story(records, mid_c) == ["received", "delivered", "nacked:False"]
+    assert story(records, mid_c, "/queue/q") == [  # NACKed without requeue: dead-lettered
+        "received",
+        "delivered",
+        "nacked:False",
+        "dead_lettered:rejected",
+    ]
+    assert story(records, mid_c, "/queue/DMQ") == ["received"]
     assert story(records, mid_d) == [
         "received",
         "delivered",

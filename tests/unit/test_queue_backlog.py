@@ -33,7 +33,7 @@ def test_a_message_committed_while_a_backlog_read_runs_is_not_left_behind(make_n
     batch = read()  # it runs now, before the next commit, and finds the end of the queue
     assert batch.at_end
     producer.send("/queue/b", f"late{PADDING}", PERSISTENT)
-    net.core.runtime.workers["writer"].run()  # "late" is committed and left in the store
+    net.core.runtime.workers["log"].run()  # "late" is committed and left in the store
     net.settle()
     read_done(batch)  # the read's result comes in after the commit's
     net.workers_held = False

@@ -1,0 +1,91 @@
+"""The C sync thread (``server/_syncthread.c``): the log's write and sync off the interpreter.
+
+Real files and a real thread: what it reports is what the kernel said.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wiremq.server._syncthread import SyncThread
+
+
+@pytest.fixture
+def notify() -> Iterator[tuple[int, int]]:
+    """The pipe the thread reports through: (read end, write end)."""
+    read, write = os.pipe()
+    yield read, write
+    os.close(read)
+    os.close(write)
+
+
+def wait_for(thread: SyncThread, notified: int) -> int:
+    """The outcome of the write in hand, once the thread says it is done."""
+    assert select.select([notified], [], [], 10)[0], "the thread never reported"
+    os.read(notified, 4096)
+    result = thread.result()
+    assert result is not None
+    return result
+
+
+def test_a_write_lands_at_its_offset_and_is_reported_once_synced(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(64))
+    fd = os.open(path, os.O_RDWR)
+    thread = SyncThread(notify[1])
+    try:
+        thread.write(fd, 10, b"record")
+        assert wait_for(thread, notify[0]) == 0
+        thread.write(fd, 16, memoryview(b"--next"))
+        assert wait_for(thread, notify[0]) == 0
+    finally:
+        thread.close()
+        os.close(fd)
+    assert path.read_bytes() == bytes(10) + b"record--next" + bytes(42)
+
+
+def test_a_failed_write_reports_the_kernels_errno(tmp_path: Path, notify: tuple[int, int]) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(64))
+    read_only = os.open(path, os.O_RDONLY)
+    thread = SyncThread(notify[1])
+    try:
+        thread.write(read_only, 0, b"record")
+        assert wait_for(thread, notify[0]) == errno_of(read_only)
+    finally:
+        thread.close()
+        os.close(read_only)
+    assert path.read_bytes() == bytes(64)
+
+
+def errno_of(read_only: int) -> int:
+    """What writing to a read-only descriptor fails with, asked of the kernel directly."""
+    with pytest.raises(OSError) as caught:
+        os.pwrite(read_only, b"x", 0)
+    assert caught.value.errno is not None
+    return caught.value.errno
+
+
+def test_one_write_at_a_time_and_none_after_close(tmp_path: Path, notify: tuple[int, int]) -> None:
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    thread = SyncThread(notify[1])
+    try:
+        with pytest.raises(RuntimeError, match="no write is in hand"):
+            thread.result()
+        thread.write(fd, 0, b"first")
+        with pytest.raises(RuntimeError, match="in hand already"):
+            thread.write(fd, 5, b"second")
+        thread.close()  # finishes the write in hand before the thread ends
+        with pytest.raises(RuntimeError, match="closed"):
+            thread.write(fd, 5, b"third")
+        thread.close()
+    finally:
+        os.close(fd)
+    assert (tmp_path / "segment").read_bytes() == b"first"
