@@ -1,5 +1,6 @@
-"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c) and the
-thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c).
+"""The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c), the
+thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c) and
+the audit journal's encoder (modules/journal/_encode.c).
 
 Everything else is in pyproject.toml.
 """
@@ -14,6 +15,7 @@ setup(
         for name, source in (
             ("wiremq.modules.stomp._fast", "modules/stomp/_fast.c"),
             ("wiremq.server._syncthread", "server/_syncthread.c"),
+            ("wiremq.modules.journal._encode", "modules/journal/_encode.c"),
         )
     ]
 )

@@ -15,6 +15,11 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py --topic --consumers 4
     .venv/bin/python bench/path_profile.py --ack client-individual
     .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
+    .venv/bin/python bench/path_profile.py --journal            # with the audit journal
+
+With ``--journal`` the server's audit journal is on, written to the bench's
+temporary data folder; its worker runs inline after each read, so its encoding
+and writing count in the path's CPU as they count in the server's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 
 from wiremq.config.groups import EgressSettings
 from wiremq.config.parameters import REGISTRY
@@ -60,6 +66,12 @@ STEPS = [
     ("completion and receipts (terminal)", ("pipeline.py", "handle"), []),
     ("socket writer (egress -> bytes)", ("egress.py", "write_out"), []),
     ("ACK handling (connection)", ("connection.py", "_acknowledge"), []),
+    (
+        "journal: records written (C)",
+        ("~", "<method 'add' of 'wiremq.modules.journal._encode.Recorder' objects>"),
+        [],
+    ),
+    ("journal: files written", ("files.py", "write"), []),
 ]
 
 
@@ -85,7 +97,7 @@ class Runtime:
         return time.monotonic()
 
     def worker(self, name: str) -> Runtime:
-        if name != "login":
+        if name not in ("login", "journal"):
             raise RuntimeError("no store in this bench")
         return self  # logins are checked at once
 
@@ -137,9 +149,10 @@ class Simulation:
     writes to them is taken by their writer.
 
     ``users``: a users file, the clients log in as a user who may read, write and create
-    (not an admin: every permission is looked up); else none, and nothing is checked."""
+    (not an admin: every permission is looked up); else none, and nothing is checked.
+    ``journal``: the audit journal on, in the data folder."""
 
-    def __init__(self, users: bool = False) -> None:
+    def __init__(self, users: bool = False, journal: bool = False) -> None:
         data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
         self.login = b""
         if users:
@@ -155,7 +168,8 @@ class Simulation:
             },
         )
         self.runtime = Runtime()
-        self.core = Core(self.settings, self.runtime, None, default_pipelines())  # type: ignore[arg-type]
+        folder = Path(data) / "journal" if journal else None
+        self.core = Core(self.settings, self.runtime, None, default_pipelines(), folder)  # type: ignore[arg-type]
         self.outbox = Outbox()
         self.limits = queue_limits(EgressSettings.read(self.settings, "ClientEgress"))
 
@@ -175,10 +189,13 @@ class Simulation:
         connection.data_received(data, time.monotonic())
         self.runtime.run()
         self.outbox.flush()
+        self.core.journal.flush()
 
 
-def build(destination: str, consumers: int, ack: str, users: bool = False) -> Callable[[int], None]:
-    simulation = Simulation(users)
+def build(
+    destination: str, consumers: int, ack: str, users: bool = False, journal: bool = False
+) -> Callable[[int], None]:
+    simulation = Simulation(users, journal)
     for n in range(consumers):
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
         consumer = simulation.client(f"consumer-{n}", lambda e: Writer(e, ack != "auto"))
@@ -203,9 +220,11 @@ def main() -> None:
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
     parser.add_argument("--users", action="store_true", help="a users file; clients log in")
+    parser.add_argument("--journal", action="store_true", help="with the audit journal on")
     args = parser.parse_args()
     configure_logging("warning")
-    run = build("/topic/t" if args.topic else "/queue/q", args.consumers, args.ack, args.users)
+    destination = "/topic/t" if args.topic else "/queue/q"
+    run = build(destination, args.consumers, args.ack, args.users, args.journal)
     run(20)  # warm-up
     collect_less()  # as the server does
     messages = args.reads * READ
@@ -217,7 +236,8 @@ def main() -> None:
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
     who = ", clients logged in" if args.users else ""
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}:")
+    journal = ", journal on" if args.journal else ""
+    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}{journal}:")
     print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
     profile = cProfile.Profile()
     profile.runcall(run, args.reads)

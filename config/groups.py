@@ -208,6 +208,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    journal: bool
     maxredeliveries: int
     redeliverydelay: int
     redeliverybackoff: float
@@ -278,6 +279,16 @@ class CleanupIntervalSettings(SettingsGroup):
     """A memory store's cleanup period (VolQueueStoreImpl)."""
 
     cleanupinterval: float
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSettings(SettingsGroup):
+    """Journal: the audit journal's files and its writer."""
+
+    enabled: bool
+    maxfilesize: int
+    flushinterval: float
+    maxbacklog: int
 
 
 @dataclass(frozen=True, slots=True)

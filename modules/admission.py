@@ -50,6 +50,7 @@ class AdmissionModule(PipelineModule):
                 self.context.refuse(message, refusal)
                 continue
             admitted.append(message)
+        self.context.journal.received(batch)
         if admitted:
             self.downstream.handle(admitted)
 

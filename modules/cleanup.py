@@ -19,6 +19,7 @@ import structlog
 from wiremq.config.groups import StoreSettings, WalSettings
 from wiremq.config.settings import Settings
 from wiremq.modules.expiry import Expiry
+from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.runtime import Runtime, Timer
 from wiremq.stores.api import Position
@@ -76,7 +77,9 @@ class StoreCleanup:
         settings: Settings,
         persistence: Persistence,
         expiry: Expiry,
+        journal: Journal,
     ) -> None:
+        """``name``: the store's name in the journal (``persqueue``, ``topics``)."""
         self.name = name
         self.prefix = prefix
         self.group = group
@@ -84,9 +87,11 @@ class StoreCleanup:
         self.settings = settings
         self.persistence = persistence
         self.expiry = expiry
+        self.journal = journal
         self._timer: Timer | None = None
         self._stopped = True
         self._run_started = 0.0
+        self._journaled: CleanupRun | None = None  # the run in progress
         self._next_run_due: float | None = None  # while waiting for the next run
 
     def _current(self) -> StoreSettings:
@@ -102,6 +107,7 @@ class StoreCleanup:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._end_run()
 
     def _schedule(self, delay: float, new_run: bool) -> None:
         """The next step; it replaces one already scheduled, so that a step that failed
@@ -124,6 +130,7 @@ class StoreCleanup:
     def _begin(self) -> None:
         self._next_run_due = None
         self._run_started = self.runtime.monotonic()
+        self._journaled = self.journal.cleanup_started(self.name, self._current())
         self._run()
 
     def _run(self) -> None:
@@ -140,7 +147,10 @@ class StoreCleanup:
     def _found(self, found: list[tuple[Position, StoredMessage]], size: int) -> None:
         try:
             if found:
-                self.expiry.expired_stored(found, lambda: self._next(len(found) >= size))
+                run = self._journaled
+                if run is not None:
+                    run.scanned += len(found)
+                self.expiry.expired_stored(found, lambda: self._next(len(found) >= size), run)
             else:
                 self._next(False)
         except Exception as error:  # the cleanup must outlive one bad run
@@ -153,12 +163,19 @@ class StoreCleanup:
         if more and elapsed < settings.cleanuptransactiontime:
             self._schedule(settings.cleanupgaptime, new_run=False)
         else:
+            self._end_run()
             self._schedule(settings.cleanupinterval, new_run=True)
 
     def _failed(self, error: Exception) -> None:
         """A step failed: logged, and the next run comes after the interval."""
         log.error("cleanup.failed", store=self.name, error=str(error))
+        self._end_run()
         self._schedule(self._current().cleanupinterval, new_run=True)
+
+    def _end_run(self) -> None:
+        if self._journaled is not None:
+            self.journal.cleanup_ended(self._journaled)
+            self._journaled = None
 
 
 class CatchUp:

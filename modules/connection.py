@@ -72,6 +72,7 @@ from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
 
 if TYPE_CHECKING:
+    from wiremq.modules.journal.recorder import Journal
     from wiremq.stores.durable import SubscriptionKey
 
 log = structlog.get_logger("wiremq.connection")
@@ -110,6 +111,7 @@ class ConnectionServices:
     addresses: Counter[str]  # connections open per client address
     unfinished: UnfinishedFrames
     bounds: ClientBounds
+    journal: Journal
     authenticator: Authenticator
     memwatch: MemWatch
     xa: XAController
@@ -632,6 +634,7 @@ class ClientConnection:
         def removed(topic: str | None) -> None:
             if topic is not None:
                 log.info("durable.removed", client_id=key[0], name=key[1], topic=topic)
+                self.services.journal.subscription_removed(topic, key)
             self._done(event.headers.get("receipt"))
 
         persistence.unsubscribe(key, removed)
@@ -677,6 +680,7 @@ class ClientConnection:
         if subscription.unacked is None or message_id not in subscription.unacked:
             return None
         messages = subscription.take_acknowledged(message_id)
+        self.services.journal.acknowledgement(subscription, messages, nack, requeue)
         destination = subscription.destination
         if nack:
             return subscription, [], destination.rejected(subscription, messages, requeue)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
@@ -39,6 +40,8 @@ from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
+from wiremq.modules.journal.recorder import Journal, RecordingJournal
+from wiremq.modules.journal.schema import SERVER_STOPPED
 from wiremq.modules.memwatch import MemWatch
 from wiremq.modules.operations import Operations
 from wiremq.modules.persistence import Persistence
@@ -65,24 +68,33 @@ class Core:
         runtime: Runtime,
         store: MessageStore | None,
         pipelines: dict[str, list[ModuleSpec]],
+        journal_folder: Path | None = None,
         memory_levels: list[LevelSpec] | None = None,
         measure_memory: Callable[[], int] | None = None,
     ) -> None:
-        """``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
+        """``journal_folder``: where the audit journal is written (none: not written);
+        ``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
         process's resident bytes (None: MemWatch goes by its estimate)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
         self.ids = Ids()
         self.pipelines = Pipelines()
+        destinations: list[Destinations] = []  # made below: the flow control asks it later
+        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.journal = (
+            RecordingJournal(settings, runtime, journal_folder, self.flow)
+            if journal_folder is not None
+            else Journal()
+        )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
-        self.dead_letters = DeadLetters(settings, self.persistence, self.pipelines.submit)
-        self.expiry = Expiry(settings, self.dead_letters)
+        self.dead_letters = DeadLetters(
+            settings, self.persistence, self.pipelines.submit, self.journal
+        )
+        self.expiry = Expiry(settings, self.dead_letters, self.journal)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
-        destinations: list[Destinations] = []  # made below: the flow control asks it later
-        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
         self.unacked = UnackedLimit(
             SpoolSettings.read(settings, "MessageSpool").maxdeliveredunacked, runtime
         )
@@ -110,6 +122,7 @@ class Core:
                 self.unacked,
                 self.replays,
                 self.volatile,
+                self.journal,
                 self.pools,
             )
         )
@@ -122,6 +135,7 @@ class Core:
             bounds.maxtransactions,
             TransactionMemorySettings.read(settings, "TransactionMemSizeManager"),
             runtime.monotonic,
+            self.journal,
         )
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
@@ -162,13 +176,14 @@ class Core:
             Counter(),
             self.unfinished,
             bounds,
+            self.journal,
             self.authenticator,
             self.memwatch,
             self.xa,
         )
 
         self.operations = Operations(
-            self.destinations, self.clients, self.persistence, self.pipelines.submit
+            self.destinations, self.clients, self.persistence, self.pipelines.submit, self.journal
         )
         settings.on_change(self._settings_changed)
 
@@ -193,6 +208,7 @@ class Core:
             self.transactions,
             self.spool,
             self.persistence,
+            self.journal,
         )
 
     def restore(self) -> None:
@@ -217,6 +233,15 @@ class Core:
             stored_queue_messages=store.totals(QUEUE_PREFIX)[0],
             durable_subscriptions=len(subscriptions),
         )
+
+    def stopped(self) -> None:
+        """The clients are gone and the server stops: the non-persistent messages still in
+        the queues are lost (journaled), the journal writes what is left."""
+        for queue in self.destinations.queues.values():
+            lost = [m for m in queue.waiting() if not m.persistent]
+            if lost:
+                self.journal.discarded(lost, SERVER_STOPPED)
+        self.journal.close()
 
     def connect(
         self,
@@ -270,6 +295,7 @@ class Core:
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
+            "journal": self.journal.statistics(),
             "totals": {
                 **self.destinations.totals(),
                 "connections": len(self.clients),

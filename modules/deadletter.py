@@ -23,6 +23,7 @@ import structlog
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
 from wiremq.modules.destination import domain_of
+from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.message import DELIVERY_COUNT, Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch
@@ -51,11 +52,14 @@ class DeadLetters:
         settings: Settings,
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
+        journal: Journal,
     ) -> None:
-        """``submit(domain, batch)`` starts messages down a pipeline."""
+        """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records the
+        moves (dead-lettered, the copies stored) and the messages dropped."""
         self.settings = settings
         self.persistence = persistence
         self.submit = submit
+        self.journal = journal
 
     def queue_of(self, destination: str) -> str | None:
         """The dead message queue of ``destination``; None for that queue itself."""
@@ -82,6 +86,8 @@ class DeadLetters:
         )
         stored = [] if shared else [m for m in messages if m.store_seq]
         if dmq is None:
+            if reason != EXPIRED:  # an expired one's fate is its expiry
+                self.journal.discarded(messages, reason)
             if stored and self.persistence is not None:
                 self.persistence.forget(stored)
             return
@@ -96,6 +102,7 @@ class DeadLetters:
             for m in messages
             if shared or not m.store_seq
         ]
+        self.journal.dead_lettered(messages, dmq, reason)
         if volatile:
             self._forward(dmq, volatile)
         if stored:
@@ -110,20 +117,25 @@ class DeadLetters:
         removals: list[Position],
         moves: list[tuple[Position, StoredMessage]],
         then: Callable[[], None] = lambda: None,
+        committed: Callable[[StoreTransaction, Committed], None] | None = None,
     ) -> None:
         """Remove stored messages and move others to dead message queues, in one store
-        transaction; the moved copies then go down the pipeline, and ``then`` runs."""
+        transaction; ``committed(transaction, result)`` hears how it went, the moved copies
+        then go down the pipeline, and ``then`` runs."""
         persistence = self.persistence
         if persistence is None or not (removals or moves):
             then()
             return
 
         def moved(result: Committed) -> None:
+            if committed is not None:
+                committed(transaction, result)
             copies = [
                 Message.from_stored(copy, seq)
                 for (_, copy), seq in zip(moves, result.moved, strict=True)
                 if seq is not None  # None: gone meanwhile (acknowledged), nothing moved
             ]
+            self.journal.stored(copies)
             for dmq, batch in grouped((m.destination, m) for m in copies).items():
                 self._forward(dmq, batch)
             then()
@@ -134,9 +146,8 @@ class DeadLetters:
             )
             then()
 
-        persistence.commit(
-            StoreTransaction(removals=tuple(removals), moves=tuple(moves)), moved, failed
-        )
+        transaction = StoreTransaction(removals=tuple(removals), moves=tuple(moves))
+        persistence.commit(transaction, moved, failed)
 
     def _forward(self, dmq: str, copies: list[Message]) -> None:
         domain = domain_of(dmq)

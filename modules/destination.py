@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from wiremq.modules.deadletter import DeadLetters
     from wiremq.modules.durable import ReplayManager
     from wiremq.modules.expiry import Expiry
+    from wiremq.modules.journal.recorder import Journal
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.subscription import Subscription, UnackedLimit
     from wiremq.modules.workpool import WorkPools
@@ -54,6 +55,7 @@ class DestinationServices:
     unacked: UnackedLimit
     replays: ReplayManager
     volatile: VolQueueStore
+    journal: Journal
     pools: WorkPools
 
 

@@ -6,10 +6,15 @@ from collections.abc import Iterator
 
 import structlog
 
-from wiremq.config.groups import IdleDestinationSettings, LiveBufferSettings
+from wiremq.config.groups import (
+    CleanupIntervalSettings,
+    IdleDestinationSettings,
+    LiveBufferSettings,
+)
 from wiremq.modules.destination import Destination, DestinationServices, domain_of
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.journal.schema import VOLQUEUE
 from wiremq.modules.pipeline import P2P
 from wiremq.modules.queue import Queue
 from wiremq.modules.topic import Topic
@@ -143,8 +148,10 @@ class Destinations:
     def sweep_volatile(self) -> None:
         """The VolQueueStore's cleanup process."""
         now_ms = self.services.runtime.now_ms()
-        for queue in list(self.queues.values()):
-            queue.sweep_volatile(now_ms)
+        settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
+        with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
+            for queue in list(self.queues.values()):
+                run.scanned += queue.sweep_volatile(now_ms)
 
     def sweep_live_buffers(self) -> None:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""

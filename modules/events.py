@@ -2,7 +2,10 @@
 
 Every structlog event passes through ``EventStream`` (it is a structlog
 processor), which keeps the most recent ones and hands each to its listeners:
-the admin console's event list and the audit journal read this same stream.
+the admin console's event list reads this stream. The audit journal does not:
+it records every message life event, hundreds of thousands a second, and a
+structlog event costs more than the message path itself; its hooks append a
+tuple and a writer thread encodes them (``modules/journal``).
 """
 
 from __future__ import annotations

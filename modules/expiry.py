@@ -16,8 +16,9 @@ from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
 from wiremq.modules.deadletter import EXPIRED, DeadLetters, dead_copy
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.message import Message
-from wiremq.stores.api import Position
+from wiremq.stores.api import Committed, Position, StoreTransaction
 from wiremq.stores.model import grouped
 from wiremq.stores.records import StoredMessage
 
@@ -44,9 +45,10 @@ def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
 class Expiry:
     """Discards expired messages or moves them to a dead message queue, per destination."""
 
-    def __init__(self, settings: Settings, dead_letters: DeadLetters) -> None:
+    def __init__(self, settings: Settings, dead_letters: DeadLetters, journal: Journal) -> None:
         self.settings = settings
         self.dead_letters = dead_letters
+        self.journal = journal
 
     def _dead_message_queue(self, destination: str) -> str | None:
         """Where expired messages of ``destination`` go, or None when they are discarded."""
@@ -62,6 +64,7 @@ class Expiry:
             return
         dmq = self._dead_message_queue(destination)
         self._log(destination, [m.message_id for m in messages], dmq)
+        self.journal.expired(destination, messages, dmq)
         if dmq is not None:
             self.dead_letters.move(destination, messages, EXPIRED)
 
@@ -69,9 +72,11 @@ class Expiry:
         self,
         found: list[tuple[Position, StoredMessage]],
         then: Callable[[], None] = lambda: None,
+        run: CleanupRun | None = None,
     ) -> None:
         """Expired messages in the store: removed, and moved to their destinations' dead
-        message queues where configured, in one store transaction; ``then`` after it."""
+        message queues where configured, in one store transaction; ``then`` after it.
+        ``run``: the cleanup run that found them."""
         removals: list[Position] = []
         moves: list[tuple[Position, StoredMessage]] = []
         for destination, entries in grouped((p[0], (p, m)) for p, m in found).items():
@@ -81,7 +86,11 @@ class Expiry:
                 removals += [position for position, _ in entries]
             else:
                 moves += [(position, dead_copy(m, dmq, EXPIRED)) for position, m in entries]
-        self.dead_letters.commit(removals, moves, then)
+
+        def committed(transaction: StoreTransaction, result: Committed) -> None:
+            self.journal.expired_stored(transaction, found, result, run)
+
+        self.dead_letters.commit(removals, moves, then, committed)
 
     @staticmethod
     def _log(destination: str, message_ids: list[str], dmq: str | None) -> None:

@@ -27,6 +27,8 @@ from wiremq.modules.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
 from wiremq.modules.destination import Destination, domain_of
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.recorder import Journal
+from wiremq.modules.journal.schema import DELETED, PURGED
 from wiremq.modules.message import Message
 from wiremq.modules.persistence import Persistence
 from wiremq.modules.pipeline import Batch
@@ -125,12 +127,15 @@ class Operations:
         clients: set[ClientConnection],
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
+        journal: Journal,
     ) -> None:
-        """``submit(domain, batch)`` starts messages down a pipeline."""
+        """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records
+        what the actions do to messages (discarded, moved)."""
         self.destinations = destinations
         self.clients = clients
         self.persistence = persistence
         self.submit = submit
+        self.journal = journal
 
     # -- finding things ------------------------------------------------------------------
 
@@ -178,6 +183,9 @@ class Operations:
 
             def removed(result: object) -> None:
                 queue.backlog_purged(scanned)
+                self.journal.operator_discarded(
+                    taken, [((name, seq), m) for seq, m in found], PURGED
+                )
                 log.info("operator.purged", destination=name, messages=count + len(found))
                 done(count + len(found))
 
@@ -346,8 +354,15 @@ class Operations:
 
         def moved(copy_seq: int | None) -> None:
             log.info("operator.message", destination=source, message_id=message_id, action=action)
-            if to is not None:
+            held = [message] if message is not None else []
+            read = [((source, stored[0]), stored[1])] if stored is not None else []
+            if to is None:
+                self.journal.operator_discarded(held, read, DELETED)
+            else:
+                self.journal.operator_moved(held, read, to)
                 copy = _copy(content, to, message, copy_seq)
+                if copy_seq:
+                    self.journal.stored([copy])
                 domain = domain_of(to)
                 assert domain is not None
                 self.submit(domain, [copy])

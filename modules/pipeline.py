@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from wiremq.modules.destinations import Destinations
     from wiremq.modules.flow.control import FlowControl
     from wiremq.modules.flow.spool import Spool
+    from wiremq.modules.journal.recorder import Journal
     from wiremq.modules.persistence import Persistence
     from wiremq.modules.transaction import TransactionManager
 
@@ -99,6 +100,7 @@ class ModuleContext:
     transactions: TransactionManager
     spool: Spool
     persistence: Persistence | None
+    journal: Journal
 
     def refuse(self, message: Message, refusal: Refused) -> None:
         """Refuse a message: its origin gets an ERROR; a stored message leaves the store."""
@@ -108,6 +110,7 @@ class ModuleContext:
             destination=message.destination,
             reason=refusal.detail or refusal.message,
         )
+        self.journal.refused(message, refusal.detail or refusal.message)
         self._forget(message)
         refuse(message, refusal)
 
@@ -115,6 +118,7 @@ class ModuleContext:
         """Drop a message on purpose: logged, its origin released as if it was delivered;
         a stored message leaves the store."""
         log.info("message.discarded", message_id=message.message_id, reason=reason)
+        self.journal.discarded((message,), reason)
         self._forget(message)
         complete(message)
 

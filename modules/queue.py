@@ -591,6 +591,7 @@ class Queue(Destination):
             held = sorted(unwritten, key=lambda m: m.arrival)
         else:
             held = subscription.take_unacked()
+        self.services.journal.ended(subscription, held)
         self.requeue(held, set(unwritten))
         if self.serve_all:
             self.dispatch()
@@ -770,12 +771,15 @@ class Queue(Destination):
         self.groups.compact()
         self._count_volatile()
 
-    def sweep_volatile(self, now_ms: int) -> None:
-        """The VolQueueStore's cleanup: remove expired non-persistent messages."""
-        expired = [m for m in self._waiting() if not m.store_seq and m.expired(now_ms)]
+    def sweep_volatile(self, now_ms: int) -> int:
+        """The VolQueueStore's cleanup: remove expired non-persistent messages; returns how
+        many it looked at (the journal's cleanup run counts them)."""
+        volatile = [m for m in self._waiting() if not m.store_seq]
+        expired = [m for m in volatile if m.expired(now_ms)]
         if expired:
             self._take_out(expired)
             self.expired(expired)
+        return len(volatile)
 
     def sweep_cache(self, now_ms: int, idle_for: float) -> None:
         """The queue live buffer's cleanup: drop expired persistent messages, and give back

@@ -103,6 +103,7 @@ class StorageModule(PipelineModule):
         self.spool.committed(batch)
         for message, seq in zip(batch, result.positions, strict=True):
             message.store_seq = seq or 0
+        self.context.journal.stored(batch)
         self.downstream.handle(batch)
 
     def _not_stored(self, batch: list[Message], error: Exception) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
+from wiremq.modules.journal.schema import EGRESS_DISCARD_OLDEST
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.selector import Selector
@@ -91,6 +92,8 @@ class Subscription:
         "client",
         "ended",
         "written_order",
+        "journal",
+        "record_delivery",
         "pool",
         "large",
         "selector",
@@ -116,6 +119,9 @@ class Subscription:
         self.number = number
         self.destination = destination
         self.limit = destination.services.unacked
+        self.journal = journal = destination.services.journal
+        # The per-delivery hook, or None: with the journal off a delivery skips the call.
+        self.record_delivery = journal.delivered if journal.records else None
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
@@ -205,6 +211,9 @@ class Subscription:
     # -- delivery --------------------------------------------------------------------------
 
     def deliver(self, message: Message) -> None:
+        record = self.record_delivery
+        if record is not None:
+            record(self, message)
         if message.size > self.large:
             self.pool.take(self.destination)
             tail = message.own_tail(self.flavour)
@@ -255,6 +264,7 @@ class Subscription:
             for message in messages:
                 order[message.message_id] = None
         elif self.unacked is None:
+            self.journal.acknowledged(self, messages)
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)
             stored = [m for m in messages if m.store_seq]
@@ -275,6 +285,7 @@ class Subscription:
             if self.written_order is not None:
                 self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
+        self.journal.discarded_for(self, (message,), EGRESS_DISCARD_OLDEST)
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()

@@ -15,6 +15,7 @@ import structlog
 from wiremq.modules.deadletter import REDELIVERY_LIMIT, REJECTED
 from wiremq.modules.destination import NOTHING, Destination, DestinationServices, count_into
 from wiremq.modules.flow.watermarks import Watermark
+from wiremq.modules.journal.schema import NO_SUBSCRIBERS, SLOW_SUBSCRIBER, SUBSCRIBER_LEFT
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import PUBSUB
 from wiremq.modules.subscription import DISCARDABLE, Subscription
@@ -73,13 +74,19 @@ class Topic(Destination):
             and message.size <= self.large
             and all(s.ready_for(message) or s.skips(message) for s in consumers)
         ):  # the common case: everyone keeps up, nothing is buffered
+            stored = message.store_seq
+            if not consumers and not stored:
+                self.services.journal.discarded((message,), NO_SUBSCRIBERS)
             if self.selecting:  # some subscriber has a selector
+                selected = False
                 for subscription in consumers:
                     subscription.cursor += 1
                     if not subscription.skips(message):
                         subscription.deliver(message)
+                        selected = True
+                if consumers and not selected and not stored:
+                    self.services.journal.discarded((message,), NO_SUBSCRIBERS)
             else:
-                stored = message.store_seq
                 for subscription in consumers:
                     subscription.cursor += 1
                     if not (stored and subscription.left_to_replay(message)):
@@ -151,6 +158,7 @@ class Topic(Destination):
                         subscription.waiting = True
                         return
                     subscription.egress.queues.count_discard(queue)
+                    self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
                 else:
                     subscription.deliver(message)
             subscription.cursor += 1
@@ -206,7 +214,10 @@ class Topic(Destination):
         self._consumer_gone(subscription)
         if subscription.accepts is not None:
             self.selecting -= 1
-        subscription.take_unacked()
+        unacked = subscription.take_unacked()
+        journal = self.services.journal
+        journal.ended(subscription, unacked or unwritten)
+        journal.discarded_for(subscription, self._missed(subscription), SUBSCRIBER_LEFT)
         durable = subscription.durable_key is not None
         if durable:
             self.services.replays.stop(subscription)
@@ -221,6 +232,13 @@ class Topic(Destination):
                 message_ids=[m.message_id for m in dropped[:20]],
             )
         self._trim()
+
+    def _missed(self, subscription: Subscription) -> list[Message]:
+        """What waits in the live buffer for a subscriber that leaves and that it will not
+        get (a durable subscriber gets the stored ones from its replay)."""
+        durable = subscription.durable_key is not None
+        waiting = itertools.islice(self.buffer, max(0, subscription.cursor - self.first), None)
+        return [m for m in waiting if m is not None and not (durable and m.store_seq)]
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
         """Move a durable subscriber's stored position past what it has acknowledged.

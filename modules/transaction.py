@@ -30,6 +30,12 @@ import structlog
 
 from wiremq.config.groups import TransactionMemorySettings
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.recorder import Journal
+from wiremq.modules.journal.schema import (
+    TRANSACTION_ABORTED,
+    TRANSACTION_DISCARDED,
+    TRANSACTION_FAILED,
+)
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import Batch, ModuleContext, PipelineModule, complete
 from wiremq.modules.txmemory import Candidate, TransactionMemory
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
     from wiremq.modules.subscription import Subscription
 
 log = structlog.get_logger("wiremq.transaction")
+
+NO_JOURNAL = Journal()
 
 
 class UnitOwner(Protocol):
@@ -113,10 +121,13 @@ class TransactionManager:
         per_connection: int,
         memory: TransactionMemorySettings,
         monotonic: Callable[[], float],
+        journal: Journal = NO_JOURNAL,
     ) -> None:
-        """``per_connection``: transactions one connection may have open at once."""
+        """``per_connection``: transactions one connection may have open at once; ``journal``
+        records the messages of transactions aborted or discarded."""
         self.per_connection = per_connection
         self.monotonic = monotonic
+        self.journal = journal
         # Per connection, so that its transactions are counted and dropped without
         # looking at anyone else's.
         self._open: dict[TransactionOwner, dict[str, Transaction]] = {}
@@ -192,6 +203,8 @@ class TransactionManager:
         if transaction.discarded is None:
             transaction.messages.append(message)
             self.memory.add(transaction, message.size)
+        else:
+            self.journal.discarded((message,), TRANSACTION_DISCARDED)
 
     def hold_ack(self, owner: TransactionOwner, name: str, ack: HeldAck) -> None:
         transaction = self._require(owner, name)
@@ -216,12 +229,14 @@ class TransactionManager:
     def abort(self, owner: TransactionOwner, name: str) -> None:
         transaction = self._require(owner, name)
         self.end(transaction)
+        self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
         transaction.dropped()
 
     def abort_all(self, owner: TransactionOwner) -> None:
         """Drop every open transaction of a connection that went away."""
         for transaction in list(self._open.get(owner, {}).values()):
             self.end(transaction)
+            self.journal.discarded(transaction.messages, TRANSACTION_ABORTED)
             transaction.dropped()
         self.memory.forget(owner)
 
@@ -241,6 +256,7 @@ class TransactionManager:
             bytes=transaction.nbytes,
             reason=refusal.detail,
         )
+        self.journal.discarded(transaction.messages, TRANSACTION_DISCARDED)
         transaction.messages = []
         transaction.acks = []
         transaction.discarded = refusal
@@ -329,6 +345,7 @@ class Unit:
 
     def start(self, manager: TransactionManager) -> None:
         """Send the messages on from their pipelines' transaction modules."""
+        self.journal = manager.journal
         if not self.messages:
             self._commit()
             return
@@ -371,6 +388,7 @@ class Unit:
         self.stored = True
         for message, seq in zip(stored, result.positions, strict=True):
             message.store_seq = seq or 0
+        self.journal.stored(stored)
         for module, batch, kept in self._by_module():
             module.unit_stored(batch, kept)
         if not self.messages:
@@ -383,8 +401,10 @@ class Unit:
         for module, batch, kept in self._by_module():
             for message in batch:
                 message.origin = None
+            self.journal.discarded(batch, TRANSACTION_FAILED)
             module.unit_dropped(kept)
         for subscription, messages in self.taken:
+            self.journal.unacknowledged(subscription, messages)
             subscription.destination.rejected(subscription, messages, requeue=True)
         self.owner.unit_failed(self, refusal)
 

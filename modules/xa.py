@@ -50,6 +50,7 @@ import structlog
 from wiremq.config.groups import XASettings
 from wiremq.modules.destinations import Destinations
 from wiremq.modules.errors import Refused
+from wiremq.modules.journal.schema import TRANSACTION_ABORTED
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline import P2P, Batch
 from wiremq.modules.runtime import Runtime, Timer
@@ -342,6 +343,7 @@ class XAController:
             raise _protocol(branch, "another connection is associated with it: end it there")
         if branch.state in (State.ACTIVE, State.IDLE):
             self.transactions.end(branch)
+            self.transactions.journal.discarded(branch.messages, TRANSACTION_ABORTED)
             self._cancel_timer(branch)
             self._forget(branch)
             log.info("xa.rolled_back", xid=xid)
@@ -359,6 +361,7 @@ class XAController:
                 for (_, copy), seq in zip(moves, result.moved, strict=True)
                 if seq
             ]
+            self.transactions.journal.discarded(branch.messages, TRANSACTION_ABORTED)
             self._give_back(branch, back)
             self._forget(branch)
             log.info("xa.rolled_back", xid=xid, prepared=True)
@@ -382,6 +385,7 @@ class XAController:
         pipeline at their new positions; the rest goes back as a NACK would send it."""
         persistence = self.persistence
         for subscription, messages in branch.taken:
+            self.transactions.journal.unacknowledged(subscription, messages)
             destination = subscription.destination
             if moved_back is not None and destination.domain == P2P:
                 messages = [m for m in messages if not m.store_seq]

@@ -18,6 +18,7 @@ from wiremq.config.groups import (
     ClientBounds,
     EgressSettings,
     IdleDestinationSettings,
+    JournalSettings,
     ListenerSettings,
     LiveBufferSettings,
     SecuritySettings,
@@ -32,6 +33,7 @@ from wiremq.modules.core import Core
 from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
+from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol
@@ -43,6 +45,8 @@ from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 log = structlog.get_logger("wiremq.server")
+
+JOURNAL_FOLDER = "journal"  # in the data folder
 
 
 _PROCESS = psutil.Process()
@@ -113,11 +117,13 @@ class WiremqServer:
         data.mkdir(parents=True, exist_ok=True)
         self.store = open_store(self.settings)
         try:
+            journal = data / JOURNAL_FOLDER
             self.core = Core(
                 self.settings,
                 self.runtime,
                 self.store,
                 self.config.pipelines,
+                journal if JournalSettings.read(self.settings, "Journal").enabled else None,
                 self.config.memory_levels,
                 resident_memory,
             )
@@ -132,6 +138,7 @@ class WiremqServer:
             self.store = None
             raise
         self._start_cleanups(self.core)
+        self.core.journal.open()
         users = self.core.users
         log.info(
             "server.listening",
@@ -182,22 +189,24 @@ class WiremqServer:
         tasks: list[StoreCleanup | Periodic | CatchUp] = [
             CatchUp(runtime, settings, persistence),
             StoreCleanup(
-                "persqueue",
+                PERSQUEUE,
                 QUEUE_PREFIX,
                 "PersQueueFileStore",
                 runtime,
                 settings,
                 persistence,
                 core.expiry,
+                core.journal,
             ),
             StoreCleanup(
-                "topics",
+                TOPICS,
                 TOPIC_PREFIX,
                 "TopicFileStore",
                 runtime,
                 settings,
                 persistence,
                 core.expiry,
+                core.journal,
             ),
             Periodic(
                 runtime,
@@ -329,6 +338,7 @@ class WiremqServer:
             cleanup.stop()
         if self.core is not None:
             self.core.memwatch.stop()
+            self.core.stopped()
         yield self.runtime.stop_workers()
         if self.store is not None:
             self.store.close()

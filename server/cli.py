@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from wiremq.analytics import cli as audits
 from wiremq.config.groups import ServerSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.reference import effective_configuration, parameters_document
@@ -46,6 +47,10 @@ semantics, in the spirit of the iBus//MessageServer.
   wiremq revoke --group NAME /topic/> [write]
                                     take permissions back
   wiremq users                      list users, groups and permissions
+  wiremq export --data DIR          snapshot what the stores hold (server stopped)
+  wiremq audit conservation --data DIR
+                                    prove every message's fate (Spark)
+  wiremq audit cleanup --data DIR   prove every cleanup removed only what expired
 """
 
 
@@ -152,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
         )
         _data_options(change)
     _data_options(commands.add_parser("users", help="list the users, groups and permissions"))
+    audits.add_export(commands)
+    audits.add_audit(commands)
     return parser
 
 
@@ -200,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "parameters":
         sys.stdout.write(parameters_document(REGISTRY))
         return 0
+    if args.command in ("export", "audit"):
+        return audits.main(args)
     if args.command in USERS_COMMANDS:
         return users_command(args)
     if args.command == "config":

@@ -1,8 +1,8 @@
 """structlog set-up: levels, rendering, and the shared event stream.
 
-Every event from info up reaches the event stream (the admin console and the
-audit journal read it) whatever the configured level; the level only decides
-what is written to stderr.
+Every event from info up reaches the event stream (the admin console reads it)
+whatever the configured level; the level only decides what is written to
+stderr. The audit journal has hooks of its own (``modules/journal``).
 """
 
 from __future__ import annotations

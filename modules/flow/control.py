@@ -82,6 +82,16 @@ class FlowControl:
         """Be told of every gate added later (destinations add it to their own gates)."""
         self._joined.append(joined)
 
+    def journal_gate(self, limits: WatermarkLimits) -> Watermark:
+        """A watermark that stops every producer of both domains: the audit journal's
+        records waiting for its writer."""
+        watermark = Watermark(
+            "Journal", limits, lambda: self.producers[P2P] | self.producers[PUBSUB]
+        )
+        for domain in (P2P, PUBSUB):
+            self.add_gate(domain, watermark)
+        return watermark
+
     def produces(self, domain: str, producer: Producer) -> None:
         self.producers[domain].add(producer)
 
@@ -94,6 +104,5 @@ class FlowControl:
 
     def watermarks(self) -> list[Watermark]:
         """Every global watermark, for the admin view."""
-        return [self.volatile, self.live, *self.stores.values()] + [
-            g for domain in (P2P, PUBSUB) for g in self.gates[domain][2:]
-        ]
+        gates = [g for domain in (P2P, PUBSUB) for g in self.gates[domain][2:]]
+        return [self.volatile, self.live, *self.stores.values(), *dict.fromkeys(gates)]

@@ -62,6 +62,7 @@ def test_destinations_show_depth_counts_and_watermarks(console):
     assert [w["name"] for w in queue["watermarks"]] == [
         "VolQueueStore",
         "PersQueueStore",
+        "Journal",  # the journal's backlog stops every producer
         "P2PPrioQueue",
     ]
     one = api.get(f"/api/destinations/{encoded('/queue/d')}")

@@ -88,11 +88,11 @@ def test_a_cleanup_run_that_raises_is_logged_and_the_next_run_goes_on(start_serv
     moves = expiry.expired_stored
     calls = []
 
-    def fails_once(found, then):
+    def fails_once(found, then, run):
         calls.append(len(found))
         if len(calls) == 1:
             raise RuntimeError("a bad cleanup run")
-        moves(found, then)
+        moves(found, then, run)
 
     expiry.expired_stored = fails_once  # what the cleanup calls with what it found
     producer, recorder = connect(server.port)

@@ -97,8 +97,10 @@ class Net:
         destinations: dict[str, dict[str, Value]],
         persistence_path: Path | None,
         data: Path,
+        journal: Path | None = None,
     ) -> None:
-        """``data``: the data folder (its users file, if the test writes one)."""
+        """``data``: the data folder (its users file, if the test writes one); ``journal``:
+        where the audit journal is written (none: not written)."""
         self.data = persistence_path or data  # the data folder: the store, the users file
         self.settings = Settings(
             REGISTRY, {**NO_HEARTBEATS, "Server.datadir": str(self.data), **values}
@@ -111,7 +113,7 @@ class Net:
         store = None
         if persistence_path is not None:
             store = open_store(self.settings)
-        self.core = Core(self.settings, self.runtime, store, default_pipelines())
+        self.core = Core(self.settings, self.runtime, store, default_pipelines(), journal)
         self.core.restore()
         self.peers: list[Peer] = []
         self.workers_held = False  # a slow store: commits wait until released
@@ -226,16 +228,20 @@ def send_frame(destination: str, body: str, headers: dict[str, str] | None = Non
 
 @pytest.fixture
 def make_net(tmp_path: Path) -> Iterator[Callable[..., Net]]:
-    """``make_net(values, destinations, persistent=False)``: a Net with these settings."""
+    """``make_net(values, destinations, persistent=False, journal=False)``: a Net with these
+    settings (``journal``: its audit journal written in a folder of its own)."""
     nets: list[Net] = []
 
     def make(
         values: dict[str, Value] | None = None,
         destinations: dict[str, dict[str, Value]] | None = None,
         persistent: bool = False,
+        journal: bool = False,
     ) -> Net:
         path = tmp_path / f"store-{len(nets)}.fs" if persistent else None
-        net = Net(values or {}, destinations or {}, path, tmp_path / f"data-{len(nets)}")
+        folder = tmp_path / f"journal-{len(nets)}" if journal else None
+        data = tmp_path / f"data-{len(nets)}"
+        net = Net(values or {}, destinations or {}, path, data, folder)
         nets.append(net)
         return net
 

@@ -130,6 +130,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.ReplayPoolSettings: [("DurableTopicSubscriberThreadPool", "")],
     groups.DurableLimitSettings: [("DurableTopicSubscriptionManager", "")],
     groups.CleanupIntervalSettings: [("VolQueueStoreImpl", "")],
+    groups.JournalSettings: [("Journal", "")],
     groups.AdminSettings: [("Admin", "")],
     groups.SecuritySettings: [("Security", "")],
     groups.TlsSettings: [("TLS", "")],

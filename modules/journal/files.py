@@ -1,0 +1,72 @@
+"""The journal's files: JSON Lines appended in ``<data>/journal/``, rotated by size.
+
+Used from the journal's worker thread only. A file is named after the time it
+was begun (UTC) and the server run that wrote it, so that names sort in the
+order they were written and two runs never share one. Each batch of lines is
+one ``write``: a file holds whole lines unless the machine itself fails. A file
+is synced when it is rotated or closed, not after every batch: the journal is an
+audit trail, not the server's durability point (that is the write-ahead log).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+SUFFIX = ".jsonl"
+
+
+class JournalFiles:
+    """The current journal file and the rotation to the next."""
+
+    def __init__(self, folder: Path, max_bytes: int, server: str) -> None:
+        self.folder = folder
+        self.max_bytes = max_bytes
+        self.server = server
+        self.files = 0  # begun by this run
+        self._file: BinaryIO | None = None
+        self._size = 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def current(self) -> Path | None:
+        """The file being written, if one is open."""
+        return Path(self._file.name) if self._file is not None else None
+
+    def write(self, data: bytes) -> int:
+        """Append whole lines; a new file is begun first when they would take the current
+        one past its size (a batch larger than a file gets one of its own)."""
+        if not data:
+            return 0
+        if self._file is not None and self._size + len(data) > self.max_bytes:
+            self._end()
+        if self._file is None:
+            self._begin()
+        assert self._file is not None
+        view = memoryview(data)
+        while view:
+            view = view[self._file.write(view) :]
+        self._size += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        """Sync and close the current file."""
+        if self._file is not None:
+            self._end()
+
+    def _begin(self) -> None:
+        self.files += 1
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        path = self.folder / f"{stamp}-{self.server}-{self.files:05d}{SUFFIX}"
+        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 (kept open across calls)
+        self._size = 0
+
+    def _end(self) -> None:
+        assert self._file is not None
+        file, self._file = self._file, None
+        try:
+            os.fsync(file.fileno())
+        finally:
+            file.close()
