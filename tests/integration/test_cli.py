@@ -52,6 +52,9 @@ def test_serve_runs_until_a_signal_and_stops_cleanly(tmp_path, stop):
         + ["--admin-port", str(admin_port)],
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        # As from a terminal: a suite started in the background has SIGINT ignored, and a
+        # child keeps that (the server then rightly leaves SIGINT alone).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         _wait_listening(port, process)
