@@ -284,9 +284,9 @@ class Core:
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,
             "memory": self.memwatch.state(),
-            "transactions": {
-                **self.transactions.memory.state(),
+            "transactions": {  # where both say bytes and open, the memory's figures
                 **self.transactions.state(),
+                **self.transactions.memory.state(),
                 "xa": self.xa.state(),
             },
             "work_pools": self.pools.state(),
