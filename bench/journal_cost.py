@@ -18,20 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from peers import number, ratio
+from peers import compare, number, ratio
 from server_proc import ManagedServer
-
-# The peers' load generator: ../shared/peers from the repository (a worktree is one deeper).
-PEERS = next(
-    parent / "shared" / "peers"
-    for parent in Path(__file__).resolve().parents
-    if (parent / "shared" / "peers" / "compare.py").exists()
-)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -63,27 +55,14 @@ def main() -> int:
         ManagedServer(wiremq, args.on_set) as on,
         ManagedServer(wiremq, ["Journal.enabled=false"]) as off,
     ):
-        command = [
-            sys.executable,
-            str(PEERS / "compare.py"),
-            f"on=127.0.0.1:{on.port},pid={on.pid}",
-            f"off=127.0.0.1:{off.port},pid={off.pid}",
-            "--scenarios",
-            args.scenarios,
-            "--sizes",
-            args.sizes,
-            "--repeats",
-            str(args.repeats),
-            "--target-seconds",
-            str(args.target_seconds),
-            "--out",
-            str(out),
-        ]
-        print("$", " ".join(command), flush=True)
-        subprocess.run(command, check=True)
-        journal = folder_bytes(on.workdir / "data" / "journal")
-        off_journal = on.workdir / "data" / "journal"
-        assert off_journal.exists(), "the server with the journal on wrote none"
+        compare(
+            [f"on=127.0.0.1:{on.port},pid={on.pid}", f"off=127.0.0.1:{off.port},pid={off.pid}"],
+            args,
+            out,
+        )
+        on_journal = on.workdir / "data" / "journal"
+        assert on_journal.exists(), "the server with the journal on wrote none"
+        journal = folder_bytes(on_journal)
         assert not (off.workdir / "data" / "journal").exists(), "journal off still wrote one"
     summary = json.loads((out / "summary.json").read_text())
     cells: dict[tuple[str, int], dict[str, dict[str, object]]] = {}

@@ -177,6 +177,28 @@ def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
     return "\n".join(lines)
 
 
+def compare(brokers: list[str], args: argparse.Namespace, out: str | Path) -> None:
+    """Run the peers' ``compare.py`` over ``brokers`` (its NAME=HOST:PORT,... forms) with
+    the scenarios, sizes, repeats and run length of ``args``."""
+    command = [
+        sys.executable,
+        str(PEERS / "compare.py"),
+        *brokers,
+        "--scenarios",
+        args.scenarios,
+        "--sizes",
+        args.sizes,
+        "--repeats",
+        str(args.repeats),
+        "--target-seconds",
+        str(args.target_seconds),
+        "--out",
+        str(out),
+    ]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
 def number(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -297,23 +319,7 @@ def main() -> int:
             ]
             if args.rabbit:
                 brokers.insert(2, "rabbit=127.0.0.1:61614,login=guest,passcode=guest,vhost=/")
-            command = [
-                sys.executable,
-                str(PEERS / "compare.py"),
-                *brokers,
-                "--scenarios",
-                args.scenarios,
-                "--sizes",
-                args.sizes,
-                "--repeats",
-                str(args.repeats),
-                "--target-seconds",
-                str(args.target_seconds),
-                "--out",
-                args.out,
-            ]
-            print("$", " ".join(command), flush=True)
-            subprocess.run(command, check=True)
+            compare(brokers, args, args.out)
     finally:
         relay.kill()
         relay.wait()
