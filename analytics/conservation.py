@@ -12,7 +12,8 @@ discarded as a whole (no subscribers) or is still stored for a durable
 subscriber.
 
 Every delivery must be settled: acknowledged, NACKed, given back (requeued) or
-dropped for its subscriber; an acknowledgement undone by a failed transaction
+dropped for its subscriber (an auto-mode ``consumed`` record is a delivery and
+its acknowledgement at once); an acknowledgement undone by a failed transaction
 gives the message back and settles nothing more. A message is unexplained when
 it has no fate, fates that cannot go together, a delivery never settled, a
 settlement without a delivery, or no ``received`` record; each such message is
@@ -32,7 +33,8 @@ from pyspark.sql import functions as F
 KEY = ["message_id", "destination"]
 SUBSCRIPTION_KEY = [*KEY, "session", "subscription"]
 IN_SNAPSHOT = "in_snapshot"  # the pseudo-event a snapshot row becomes
-DELIVERIES = ("delivered", "redelivered")
+DELIVERIES = ("delivered", "redelivered", "consumed")
+ACKNOWLEDGEMENTS = ("acknowledged", "consumed")  # consumed: auto mode's delivered and acked
 
 # The fates, in the order a message's is decided (a queue message may have only one).
 FATES = (
@@ -101,7 +103,7 @@ def deliveries(events: DataFrame) -> DataFrame:
         .groupBy(*SUBSCRIPTION_KEY)
         .agg(
             _count(event.isin(*DELIVERIES)).alias("delivered"),
-            _count(event == "acknowledged").alias("acknowledged"),
+            _count(event.isin(*ACKNOWLEDGEMENTS)).alias("acknowledged"),
             _count((event == "nacked") & F.col("requeue")).alias("nacked_requeue"),
             _count((event == "nacked") & ~F.col("requeue")).alias("nacked_drop"),
             _count(event == "requeued").alias("requeued"),

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from wiremq.modules.egress import Egress
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
-from wiremq.modules.journal.schema import EGRESS_DISCARD_OLDEST
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.selector import Selector
@@ -120,8 +119,9 @@ class Subscription:
         self.destination = destination
         self.limit = destination.services.unacked
         self.journal = journal = destination.services.journal
-        # The per-delivery hook, or None: with the journal off a delivery skips the call.
-        self.record_delivery = journal.delivered if journal.records else None
+        # The per-delivery hook, or None: with the journal off, or in auto mode (whose
+        # deliveries are recorded when written: ``written``), a delivery skips the call.
+        self.record_delivery = journal.delivered if journal.records and ack_mode != "auto" else None
         self.ack_mode = ack_mode
         self.egress = egress
         self.flavour = version
@@ -264,7 +264,7 @@ class Subscription:
             for message in messages:
                 order[message.message_id] = None
         elif self.unacked is None:
-            self.journal.acknowledged(self, messages)
+            self.journal.consumed(self, messages)
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)
             stored = [m for m in messages if m.store_seq]
@@ -285,7 +285,7 @@ class Subscription:
             if self.written_order is not None:
                 self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
-        self.journal.discarded_for(self, (message,), EGRESS_DISCARD_OLDEST)
+        self.journal.egress_discarded(self, message)
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()

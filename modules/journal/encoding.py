@@ -138,6 +138,13 @@ DELIVERED = _kind("delivered", **message_at(3), **subscription_at(2))
 REDELIVERED = _kind("redelivered", **message_at(3), **subscription_at(2))
 # (kind, ts, subscription, messages)
 ACKNOWLEDGED = _kind("acknowledged", 3, **message_at(ITEM), **subscription_at(2))
+CONSUMED = _kind(
+    "consumed",
+    3,
+    **message_at(ITEM),
+    **subscription_at(2),
+    redelivered=From(ITEM, ("redelivered",)),
+)
 # (kind, ts, subscription, messages, requeue)
 NACKED = _kind("nacked", 3, **message_at(ITEM), **subscription_at(2), requeue=From(4))
 # (kind, ts, subscription, messages, reason)

@@ -45,6 +45,7 @@ from wiremq.modules.journal import encoding as kinds
 from wiremq.modules.journal.encoding import DestinationSwitch, recorder
 from wiremq.modules.journal.files import JournalFiles
 from wiremq.modules.journal.schema import (
+    EGRESS_DISCARD_OLDEST,
     EXPIRED,
     SUBSCRIBER_LEFT,
     TRANSACTION_FAILED,
@@ -65,7 +66,7 @@ log = structlog.get_logger("wiremq.journal")
 
 # The kinds of the hooks that run for every message, read once (a global, not an attribute).
 _RECEIVED, _DELIVERED, _REDELIVERED = kinds.RECEIVED, kinds.DELIVERED, kinds.REDELIVERED
-_ACKNOWLEDGED = kinds.ACKNOWLEDGED
+_CONSUMED = kinds.CONSUMED
 
 
 @dataclass
@@ -120,10 +121,13 @@ class Journal:
     # -- deliveries ------------------------------------------------------------------------
 
     def delivered(self, subscription: Subscription, message: Message) -> None:
-        """A message was handed to a subscription (a redelivery if flagged so)."""
+        """A message was handed to a subscription in a client ack mode (a redelivery if
+        flagged so). An auto-mode delivery is recorded when it is written (``consumed``),
+        or when it leaves unwritten (``ended``, ``egress_discarded``)."""
 
-    def acknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
-        """Auto mode: deliveries were written to the client's socket."""
+    def consumed(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        """Auto mode: deliveries were written to the client's socket, which delivers and
+        acknowledges them (one record each, where a client mode has two)."""
 
     def acknowledgement(
         self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
@@ -134,14 +138,17 @@ class Journal:
         """Acknowledgements undone: their transaction failed and the messages went back."""
 
     def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
-        """The subscription ended with these deliveries unacknowledged: a queue's go back
-        to it; a topic's go back to the store for a durable subscriber, else are lost to
-        this subscriber."""
+        """The subscription ended with these deliveries unacknowledged (in auto mode: not
+        written): a queue's go back to it; a topic's go back to the store for a durable
+        subscriber, else are lost to this subscriber."""
 
     def discarded_for(
         self, subscription: Subscription, messages: Sequence[Message], reason: str
     ) -> None:
-        """Messages were dropped for one subscriber only."""
+        """Messages were dropped for one subscriber only (never delivered to it)."""
+
+    def egress_discarded(self, subscription: Subscription, message: Message) -> None:
+        """The client's egress queue dropped a delivery (its discard-oldest policy)."""
 
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
         """A durable subscription was removed, with what the store kept only for it."""
@@ -307,8 +314,15 @@ class RecordingJournal(Journal):
     def delivered(self, subscription: Subscription, message: Message) -> None:
         self._add(_REDELIVERED if message.redelivered else _DELIVERED, subscription, message)
 
-    def acknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
-        self._add(_ACKNOWLEDGED, subscription, messages)
+    def consumed(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        self._add(_CONSUMED, subscription, messages)
+
+    def _unwritten(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+        """An auto-mode subscription's deliveries leave unwritten: their delivery, not
+        recorded when they were handed over, is recorded now."""
+        if subscription.unacked is None:
+            for message in messages:
+                self.delivered(subscription, message)
 
     def acknowledgement(
         self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
@@ -324,6 +338,7 @@ class RecordingJournal(Journal):
     def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
         if not messages:
             return
+        self._unwritten(subscription, messages)
         back = list(messages)
         lost: list[Message] = []
         if not subscription.destination.name.startswith(QUEUE_PREFIX):
@@ -339,6 +354,10 @@ class RecordingJournal(Journal):
         self, subscription: Subscription, messages: Sequence[Message], reason: str
     ) -> None:
         self._add(kinds.DISCARDED_FOR, subscription, messages, reason)
+
+    def egress_discarded(self, subscription: Subscription, message: Message) -> None:
+        self._unwritten(subscription, (message,))
+        self._add(kinds.DISCARDED_FOR, subscription, (message,), EGRESS_DISCARD_OLDEST)
 
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
         self._add(kinds.SUBSCRIPTION_REMOVED, topic, f"{key[0]}/{key[1]}")

@@ -55,6 +55,7 @@ FIELDS: tuple[Field, ...] = (
     Field("server", STRING, "the server run (random, new at every start)"),
     Field("durable", STRING, "a durable subscription, as client-id/name"),
     Field("to", STRING, "the destination an operator moved a message to"),
+    Field("redelivered", BOOLEAN, "whether a consumed delivery was flagged redelivered"),
 )
 FIELD_TYPES = {f.name: f.type for f in FIELDS}
 
@@ -85,7 +86,8 @@ _EVENTS = (
     Event(
         "delivered",
         (*MESSAGE, *SUBSCRIPTION, "ack"),
-        "the message was handed to a subscription (queued for its client)",
+        "the message was handed to a subscription (queued for its client); in auto mode "
+        "recorded only for a delivery that leaves without being written (else: consumed)",
     ),
     Event(
         "redelivered",
@@ -95,7 +97,13 @@ _EVENTS = (
     Event(
         "acknowledged",
         (*MESSAGE, *SUBSCRIPTION),
-        "the subscription acknowledged the delivery (ACK; in auto mode: written to the socket)",
+        "the subscription acknowledged the delivery (ACK)",
+    ),
+    Event(
+        "consumed",
+        (*MESSAGE, *SUBSCRIPTION, "redelivered"),
+        "auto mode: the delivery was written to the client's socket, which delivers and "
+        "acknowledges it: one record in place of delivered and acknowledged",
     ),
     Event(
         "nacked",

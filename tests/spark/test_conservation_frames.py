@@ -123,6 +123,32 @@ def test_redeliveries_nacks_and_an_acknowledgement_undone_by_a_failed_transactio
     assert fate(verdicts(spark, records), "m") == ("acknowledged", None, [])
 
 
+def consumed(message_id: str, destination: str = Q, s: str = "s1", n: str = "0") -> dict:
+    return record("consumed", 3, **msg(message_id, destination), **sub(s, n), redelivered=False)
+
+
+def test_an_auto_mode_consumption_is_a_delivery_and_its_acknowledgement(spark):
+    records = [
+        received("m"),
+        consumed("m"),
+        received("back"),  # an auto subscriber left before it was written: given back
+        delivered("back", s="s1"),
+        record("requeued", 3, **msg("back"), **sub("s1"), reason="subscriber-left"),
+        consumed("back", s="s2"),
+        received("news", T),
+        consumed("news", T, s="s1"),
+        consumed("news", T, s="s2"),
+        received("both"),  # consumed, and then given back as well: settled twice
+        consumed("both"),
+        record("requeued", 4, **msg("both"), **sub("s1"), reason="subscriber-left"),
+    ]
+    result = verdicts(spark, records)
+    assert fate(result, "m") == ("acknowledged", None, [])
+    assert fate(result, "back") == ("acknowledged", None, [])
+    assert fate(result, "news", T) == ("acknowledged", None, [])
+    assert fate(result, "both")[2] == ["settled more often than delivered to s1/0"]
+
+
 def unexplained_cases(m: str) -> dict[str, tuple[list[dict], str]]:
     """Journals of a message ``m`` that is not explained, and the problem each names."""
 

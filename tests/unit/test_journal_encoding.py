@@ -88,6 +88,7 @@ def every_kind() -> list[tuple[Any, ...]]:
         (encoding.DELIVERED, t, sub, msgs[0]),
         (encoding.REDELIVERED, t, sub, msgs[1]),
         (encoding.ACKNOWLEDGED, t, sub, msgs),
+        (encoding.CONSUMED, t, subscription("wmq-test-s2", "1"), msgs),
         (encoding.NACKED, t, sub, msgs[:1], False),
         (encoding.REQUEUED, t, sub, msgs, schema.SUBSCRIBER_LEFT),
         (encoding.UNACKNOWLEDGED, t, sub, msgs, schema.TRANSACTION_FAILED),

@@ -64,7 +64,7 @@ def ids(peer: Peer) -> list[str]:
     return [m.headers["message-id"] for m in peer.messages]
 
 
-def test_a_queue_message_is_received_delivered_and_acknowledged_when_written(make_net):
+def test_an_auto_mode_message_is_received_and_consumed_when_written(make_net):
     net = make_net(journal=True)
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/q")
@@ -72,14 +72,37 @@ def test_a_queue_message_is_received_delivered_and_acknowledged_when_written(mak
     producer.send("/queue/q", "hello", {"expires": "4102444800000"})
     records = written(net)
     (message_id,) = ids(consumer)
-    assert story(records, message_id) == ["received", "delivered", "acknowledged"]
-    received, delivered, acknowledged = [r for r in records if r.get("message_id") == message_id]
+    assert story(records, message_id) == ["received", "consumed"]
+    received, consumed = [r for r in records if r.get("message_id") == message_id]
     assert received["expires"] == 4102444800000 and received["size"] == 5
     assert received["destination"] == "/queue/q" and received["persistent"] is False
-    session = consumer.connection.session.session_id
-    assert delivered["session"] == acknowledged["session"] == session
-    assert delivered["subscription"] == "1" and delivered["ack"] == "auto"
+    assert consumed["session"] == consumer.connection.session.session_id
+    assert consumed["subscription"] == "1" and consumed["redelivered"] is False
+    assert consumed["destination"] == "/queue/q" and consumed["size"] == 5
     assert all(r["ts"] == int(net.runtime.now * 1000) or r["ts"] > 1e12 for r in records)
+
+
+def test_an_auto_mode_delivery_never_written_is_recorded_when_it_goes_back(make_net):
+    net = make_net(journal=True)
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/q")
+    consumer.writer.window_open = False  # the client reads nothing: the delivery waits
+    producer = Peer(net, "producer")
+    producer.send("/queue/q", "hello")
+    assert [r["event"] for r in written(net) if "message_id" in r] == ["received"]
+    consumer.feed(frame("UNSUBSCRIBE", {"id": "1"}))
+    second = Peer(net, "second")
+    second.subscribe("/queue/q")
+    records = written(net)
+    (message_id,) = ids(second)
+    assert story(records, message_id) == [
+        "received",
+        "delivered",
+        "requeued:subscriber-left",
+        "consumed",
+    ]
+    delivered, consumed = [r for r in records if r["event"] in ("delivered", "consumed")]
+    assert delivered["ack"] == "auto" and consumed["redelivered"] is False
 
 
 def test_acks_nacks_and_a_consumer_that_leaves(make_net):
@@ -107,8 +130,7 @@ def test_acks_nacks_and_a_consumer_that_leaves(make_net):
         "nacked:True",
         "redelivered",
         "requeued:subscriber-left",
-        "redelivered",
-        "acknowledged",
+        "consumed",
     ]
     assert story(records, mid_c, "/queue/q") == [  # NACKed without requeue: dead-lettered
         "received",
@@ -121,9 +143,10 @@ def test_acks_nacks_and_a_consumer_that_leaves(make_net):
         "received",
         "delivered",
         "requeued:subscriber-left",
-        "redelivered",
-        "acknowledged",
+        "consumed",
     ]
+    consumed = {r["message_id"]: r for r in records if r["event"] == "consumed"}
+    assert consumed[mid_b]["redelivered"] is True and consumed[mid_d]["redelivered"] is True
 
 
 def test_topic_messages_nobody_takes_and_what_a_leaving_subscriber_had(make_net):
@@ -162,7 +185,7 @@ def test_transactions_aborted_and_committed(make_net):
     assert len(received) == 3
     gone, kept, lost = received
     assert story(records, gone) == ["received", "discarded:transaction-aborted"]
-    assert story(records, kept) == ["received", "delivered", "acknowledged"]
+    assert story(records, kept) == ["received", "consumed"]
     assert story(records, lost) == ["received", "discarded:transaction-aborted"]
 
 
@@ -219,7 +242,7 @@ def test_a_full_egress_queue_drops_the_oldest_for_that_subscriber(make_net):
             "discarded:egress-discard-oldest",
         ]
     for message_id in got:
-        assert story(records, message_id) == ["received", "delivered", "acknowledged"]
+        assert story(records, message_id) == ["received", "consumed"]
 
 
 def test_expired_messages_the_volqueue_sweep_finds_are_a_cleanup_run(make_net):
