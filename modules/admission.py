@@ -16,7 +16,7 @@ from wiremq.modules.errors import Refused
 from wiremq.modules.expiry import effective_expiry
 from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
 from wiremq.modules.permissions import CREATE, WRITE, Access
-from wiremq.modules.pipeline import Batch, PipelineModule
+from wiremq.modules.pipeline import Batch, GivenBack, PipelineModule
 
 SHUT_DOWN = Refused(
     "destination shut down", "the destination accepts no new messages until it is resumed"
@@ -50,7 +50,8 @@ class AdmissionModule(PipelineModule):
                 self.context.refuse(message, refusal)
                 continue
             admitted.append(message)
-        self.context.journal.received(batch)
+        if type(batch) is not GivenBack:
+            self.context.journal.received(batch)
         if admitted:
             self.downstream.handle(admitted)
 

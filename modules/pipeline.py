@@ -40,6 +40,13 @@ DOMAINS = (P2P, PUBSUB)
 
 Batch = list[Message]
 
+
+class GivenBack(list[Message]):
+    """A batch of messages the server already took in and takes in again (a rolled-back
+    XA branch's acknowledged messages, back in their queues at new store positions):
+    admitted again, not journaled as received again."""
+
+
 log = structlog.get_logger("wiremq.pipeline")
 
 

@@ -52,7 +52,7 @@ from wiremq.modules.destinations import Destinations
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.schema import TRANSACTION_ABORTED
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline import P2P, Batch
+from wiremq.modules.pipeline import P2P, Batch, GivenBack
 from wiremq.modules.runtime import Runtime, Timer
 from wiremq.modules.transaction import (
     Taken,
@@ -401,7 +401,7 @@ class XAController:
         if moved_back:
             for message in moved_back:
                 message.mark_redelivered()
-            self.submit(P2P, moved_back)
+            self.submit(P2P, GivenBack(moved_back))
 
     # -- the server's own rollbacks --------------------------------------------------------
 

@@ -7,8 +7,10 @@ import time
 
 import pytest
 
+from tests.conftest import call_in_reactor
 from tests.integration.clients import Recorder, connect, fill, until
 from tests.integration.test_flow_control import flow_state
+from tests.integration.test_journal import read_journal
 from tests.integration.xaclient import XAError, XAResource
 
 
@@ -256,3 +258,36 @@ def test_a_queue_message_acknowledged_in_a_rolled_back_branch_comes_back(server,
     assert worker.wait(lambda: len(worker.messages) == 2)
     assert worker.messages[1].body == "volatile"
     assert worker.messages[1].headers["redelivered"] == "true"
+
+
+def test_a_message_given_back_by_a_rolled_back_prepared_branch_is_received_once(
+    server, resources, reactor
+):
+    fill(server.port, "/queue/xa-story", ["taken"], persistent="true")
+    worker = resources()
+    worker.connection.subscribe("/queue/xa-story", id="w", ack="client-individual")
+    assert worker.wait(lambda: len(worker.messages) == 1)
+    worker.start("x-story")
+    worker.connection.ack(worker.messages[0].headers["ack"], transaction="x-story")
+    worker.prepare("x-story")
+    resources().rollback("x-story")
+    assert worker.wait(lambda: len(worker.messages) == 2)
+    message_id = worker.messages[1].headers["message-id"]
+    worker.connection.ack(worker.messages[1].headers["ack"], receipt="acked")
+    assert worker.wait(lambda: "acked" in worker.answers)
+    call_in_reactor(reactor, server.core.journal.flush)
+
+    def story() -> list[str]:
+        lines = read_journal(server)
+        return [line["event"] for line in lines if line.get("message_id") == message_id]
+
+    assert until(lambda: story()[-1:] == ["acknowledged"]), story()
+    assert story() == [
+        "received",
+        "stored",
+        "delivered",
+        "acknowledged",
+        "unacknowledged",  # the rollback gave it back: taken in again, not received again
+        "redelivered",
+        "acknowledged",
+    ]
