@@ -3,7 +3,7 @@
 The journal is written by the server's own encoder and file writer
 (``wiremq.modules.journal``) from records like the hooks make, for a
 simulated half hour of a server: non-persistent and persistent queue messages
-acknowledged, topic messages fanned out to three subscribers, NACKs and
+acknowledged, topic messages fanned out to three auto-mode subscribers, NACKs and
 redeliveries, expiring messages removed by cleanup runs every 10 s (queue
 store and VolQueueStore), expired messages moved to the dead message queue,
 aborted transactions, refusals, and messages left stored (with the snapshot
@@ -114,12 +114,11 @@ class Generator:
                 add((kinds.STORED, t + 0.001, (m,), PERSQUEUE))
                 add((kinds.DELIVERED, t + 0.002, sub, m))
                 add((kinds.ACKNOWLEDGED, t + 0.003, sub, (m,)))
-            elif kind < 0.80:  # a topic message to three subscribers
+            elif kind < 0.80:  # a topic message to three auto-mode subscribers
                 m = self.message(f"/topic/t{rng.randrange(4)}")
                 add((kinds.RECEIVED, t, (m,)))
                 for sub in self.fanout:
-                    add((kinds.DELIVERED, t + 0.001, sub, m))
-                    add((kinds.ACKNOWLEDGED, t + 0.002, sub, (m,)))
+                    add((kinds.CONSUMED, t + 0.001, sub, (m,)))
             elif kind < 0.85:  # NACKed, redelivered to another consumer, acknowledged
                 m = self.message("/queue/nack")
                 first, second = rng.sample(self.queue_consumers, 2)
