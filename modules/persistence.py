@@ -138,11 +138,13 @@ class StoreWriter:
         self.commits += 1
         self.transactions += len(work)
         # What changed is known before the callbacks move on (and change the durable
-        # registry); it is told after them (once their messages left the spool's count).
+        # registry); it is told after them (once their messages left the spool's count)
+        # and after their receipts are written: a producer waiting for its receipt waits
+        # for no watermark bookkeeping, and none of it is seen before the next read.
         tell = self._changed([t for t, _, _ in work])
         for (_, done, _), result in zip(work, results, strict=True):
             done(result)
-        tell()
+        self.runtime.after_writes(tell)
         self._next()
 
     def _next(self) -> None:
@@ -202,20 +204,27 @@ class Persistence:
 
     def _committed(self, transactions: list[StoreTransaction]) -> Callable[[], None]:
         """How to tell ``on_changed`` the destinations whose stored counts the commit may
-        have changed."""
-        names: set[str] = set()
+        have changed. The topics of the durable subscriptions it acknowledged or removed
+        are looked up now, before the callbacks change the registry; the rest when told."""
+        topics: set[str] = set()
         for transaction in transactions:
-            names.update(m.destination for m in transaction.appends)
-            names.update(name for name, _ in transaction.removals)
-            for (source, _), copy in transaction.moves:
-                names.update((source, copy.destination))
-            names.update(topic for _, topic, _ in transaction.subscribes)
             acknowledged = (*transaction.acknowledgements, *transaction.single_acknowledgements)
             for key in (*transaction.unsubscribes, *(k for k, _ in acknowledged)):
                 topic = self.durables.get(key)
                 if topic is not None:
-                    names.add(topic)
-        return lambda: self.on_changed(names)
+                    topics.add(topic)
+
+        def tell() -> None:
+            names = topics
+            for transaction in transactions:
+                names.update(m.destination for m in transaction.appends)
+                names.update(name for name, _ in transaction.removals)
+                for (source, _), copy in transaction.moves:
+                    names.update((source, copy.destination))
+                names.update(topic for _, topic, _ in transaction.subscribes)
+            self.on_changed(names)
+
+        return tell
 
     def load_durable_subscriptions(self) -> list[SubscriptionInfo]:
         """The durable subscriptions the store holds (at start-up)."""

@@ -61,6 +61,11 @@ class Runtime(Protocol):
     def call_later(self, delay: float, function: Callable[[], None]) -> Timer:
         """Run after ``delay`` seconds."""
 
+    def after_writes(self, function: Callable[[], None]) -> None:
+        """Run once the frames queued so far are written, before the event loop goes on:
+        for work that must be done before the next request is read but need not hold up
+        the replies (a receipt waits for nothing it does)."""
+
     def now_ms(self) -> int:
         """Wall-clock milliseconds since the epoch (message expiry uses it)."""
 

@@ -249,6 +249,11 @@ class TwistedRuntime:
     def call_later(self, delay: float, function: Callable[[], None]) -> _Timer:
         return _Timer(self.reactor.callLater(delay, self._run, function))
 
+    def after_writes(self, function: Callable[[], None]) -> None:
+        """Every callback the runtime runs ends by flushing the outbox, which writes, then
+        runs its wake-ups."""
+        self.outbox.wake(function)
+
     def _run(self, function: Callable[[], None]) -> None:
         function()
         self.outbox.flush()

@@ -83,6 +83,10 @@ class FakeRuntime:
     def call_soon(self, function: Callable[[], None]) -> None:
         self.soon.append(function)
 
+    def after_writes(self, function: Callable[[], None]) -> None:
+        """With the calls soon: a test's loop writes first (``tests/unit/net.py``)."""
+        self.soon.append(function)
+
     def call_later(self, delay: float, function: Callable[[], None]) -> FakeTimer:
         timer = FakeTimer(self.now + delay, function)
         self.timers.append(timer)

@@ -5,7 +5,7 @@ temporary folder; the fake runtime's log writer writes and syncs for real."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -135,3 +135,22 @@ def _log_fd(store: WalStore) -> int:
     store.abandon(pending)
     assert pending.write is not None
     return pending.write.fd
+
+
+def test_what_a_commit_changed_is_told_after_its_callbacks_once_their_replies_are_written(
+    store: WalStore,
+) -> None:
+    """The store watermarks' bookkeeping does not hold up a receipt: ``on_changed`` runs
+    after the writes (the fake runtime's calls soon), after the commit's callbacks."""
+    runtime = FakeRuntime()
+    events: list[str] = []
+
+    def changed(transactions: list[StoreTransaction]) -> Callable[[], None]:
+        return lambda: events.append("told")
+
+    writer = StoreWriter(store, runtime, changed)
+    writer.commit(append(b"a"), lambda result: events.append("done"), events.append)
+    runtime.workers["log"].run()
+    assert events == ["done"]
+    runtime.run_soon()
+    assert events == ["done", "told"]
