@@ -43,7 +43,7 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +57,7 @@ LSN = struct.Struct(">Q")
 _NAME = re.compile(r"^(\d{20})\.wal$")
 _PREPARED = "prepared.tmp"
 _ZEROS = bytes(1 << 20)
+_MAX_PARTS = 1024  # IOV_MAX on Linux: at most this many parts per pwritev
 
 sync_data: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
@@ -65,9 +66,14 @@ def segment_name(lsn: int) -> str:
     return f"{lsn:020d}.wal"
 
 
-def encode_record(lsn: int, payload: bytes) -> bytes:
-    rest = struct.pack(">IQ", len(payload), lsn)
-    return struct.pack(">I", zlib.crc32(payload, zlib.crc32(rest))) + rest + payload
+def encode_record(lsn: int, payload: Sequence[bytes]) -> tuple[bytes, ...]:
+    """A record whose payload is ``payload``'s parts one after the other, in parts: the
+    header joined to the first, then the others as they are (a large body, uncopied)."""
+    rest = struct.pack(">IQ", sum(len(part) for part in payload), lsn)
+    crc = zlib.crc32(rest)
+    for part in payload:
+        crc = zlib.crc32(part, crc)
+    return (struct.pack(">I", crc) + rest + payload[0], *payload[1:])
 
 
 def record_at(data: bytes | mmap.mmap, pos: int, lsn: int | None = None) -> int:
@@ -257,18 +263,19 @@ class WriteAheadLog:
 
     # -- the committing thread ------------------------------------------------------------
 
-    def place(self, payload: bytes) -> LogWrite:
-        """The next record, encoded, and where it goes (no I/O): in the open segment if it
-        fits there, else in a new one (``in_place`` false: ``write`` starts it).
+    def place(self, payload: Sequence[bytes]) -> LogWrite:
+        """The next record (its payload ``payload``'s parts one after the other), encoded,
+        and where it goes (no I/O): in the open segment if it fits there, else in a new one
+        (``in_place`` false: ``write`` starts it).
 
         Raises ``StoreError`` if an earlier failure stopped the log.
         """
         if self._failed:
             raise StoreError(f"the write-ahead log failed earlier ({self._failed}); restart")
-        record = encode_record(self._next_lsn, payload)
-        if self._offset + len(record) > self._segment.size:
-            return LogWrite(self._next_lsn, record, -1, 0)
-        return LogWrite(self._next_lsn, record, self._fd, self._offset)
+        write = LogWrite(self._next_lsn, encode_record(self._next_lsn, payload), -1, 0)
+        if self._offset + write.size <= self._segment.size:
+            write.fd, write.offset = self._fd, self._offset
+        return write
 
     def write(self, write: LogWrite) -> None:
         """Make a placed record durable here (starting a new segment if it needs one).
@@ -278,12 +285,12 @@ class WriteAheadLog:
         """
         if not write.in_place:
             try:
-                self._rotate(len(write.record))
+                self._rotate(write.size)
             except OSError as exc:
                 raise StoreError(f"cannot start a write-ahead log segment: {exc}") from exc
             write.fd, write.offset = self._fd, 0
         try:
-            self._write_record(write.fd, write.record, write.offset)
+            self._write_record(write.fd, write.parts, write.offset)
             sync_data(write.fd)
         except OSError as exc:
             raise self.take_back(write, exc) from exc
@@ -293,7 +300,7 @@ class WriteAheadLog:
         have left, so that the record is not found at the next open; returns the error to
         report. If even that fails, every later record fails too (the process must
         restart and the next open decides what reached the disk)."""
-        size = max(0, min(len(write.record), self._segment.size - write.offset))
+        size = max(0, min(write.size, self._segment.size - write.offset))
         try:
             _zero(write.fd, write.offset, size)
             sync_data(write.fd)
@@ -303,12 +310,12 @@ class WriteAheadLog:
 
     def written(self, write: LogWrite) -> int:
         """A placed record is durable: the next one follows it. Returns its LSN."""
-        self._offset = write.offset + len(write.record)
+        self._offset = write.offset + write.size
         self._next_lsn = write.lsn + 1
         self.durable_lsn = write.lsn
         return write.lsn
 
-    def append(self, payload: bytes) -> int:
+    def append(self, payload: Sequence[bytes]) -> int:
         """Write one record and make it durable, on this thread; returns its LSN.
 
         Raises ``StoreError`` if it could not be made durable (see ``write``).
@@ -317,12 +324,17 @@ class WriteAheadLog:
         self.write(write)
         return self.written(write)
 
-    def _write_record(self, fd: int, record: bytes, offset: int) -> None:
-        """Write ``record`` at ``offset`` (a seam: tests replace it to tear writes)."""
-        view = memoryview(record)
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view, offset = view[written:], offset + written
+    def _write_record(self, fd: int, parts: Sequence[bytes], offset: int) -> None:
+        """Write ``parts`` one after the other at ``offset`` (a seam: tests replace it to
+        tear writes)."""
+        views = [memoryview(part) for part in parts if part]
+        while views:
+            written = os.pwritev(fd, views[:_MAX_PARTS], offset)
+            offset += written
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if views:
+                views[0] = views[0][written:]
 
     def _rotate(self, needed: int) -> None:
         """Start the next segment (it takes the LSN of the next record as its name).

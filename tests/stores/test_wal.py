@@ -6,7 +6,7 @@ import itertools
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,14 @@ from structlog.testing import capture_logs
 
 from tests.defaults import WAL_OPTIONS, location
 from wiremq.stores import wal as wal_module
+from wiremq.stores.api import StoreTransaction
+from wiremq.stores.bodies import OUT_OF_BAND_FROM
 from wiremq.stores.errors import StoreError, StoreOpenError
 from wiremq.stores.messagestore import WalStore
 from wiremq.stores.model import BLOCK_BYTES, BlockData
 from wiremq.stores.storage import Location
 from wiremq.stores.wal import HEADER, record_at
+from wiremq.stores.walops import OUT_OF_BAND
 
 from .store_fixtures import commit, message, recovery_events, send, stored_ids
 
@@ -217,6 +220,39 @@ def test_a_first_record_bigger_than_a_segment_replaces_the_empty_one(tmp_path: P
     store.close()
 
 
+def test_large_bodies_are_written_beside_their_record_and_replayed_intact(
+    tmp_path: Path,
+) -> None:
+    """A body from OUT_OF_BAND_FROM on follows its record's pickle as it is (the message's
+    own bytes object is what gets written, not a copy joined to the record); a replay after
+    a crash puts each back in its message."""
+    store = open_store(tmp_path)
+    large, small = os.urandom(OUT_OF_BAND_FROM), os.urandom(OUT_OF_BAND_FROM - 1)
+    larger = os.urandom(3 * OUT_OF_BAND_FROM)
+    appends = (message("large", body=large), message("small", body=small))
+    pending = store.begin(
+        [
+            StoreTransaction(appends=appends),
+            StoreTransaction(appends=(message("larger", body=larger),)),
+        ]
+    )
+    assert pending.write is not None
+    assert [id(part) for part in pending.write.parts[1:]] == [id(large), id(larger)]
+    store.write(pending)
+    store.finish(pending)
+    crash(store)
+    (segment,) = segments(tmp_path)
+    assert segment.read_bytes()[HEADER.size : HEADER.size + 1] == OUT_OF_BAND
+    store = open_store(tmp_path)
+    batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=1 << 30)
+    assert [(m.message_id, m.body) for _, m in batch.messages] == [
+        ("large", large),
+        ("small", small),
+        ("larger", larger),
+    ]
+    store.close()
+
+
 def test_a_missing_segment_is_refused(tmp_path: Path) -> None:
     store = open_store(tmp_path, segment_bytes=4096)
     for i in range(40):
@@ -298,8 +334,9 @@ def test_a_failed_write_leaves_nothing_behind(
     send(store, message("kept"))
     write = wal_module.WriteAheadLog._write_record
 
-    def half_then_fail(self: Any, fd: int, record: bytes, offset: int) -> None:
-        write(self, fd, record[: len(record) // 2], offset)
+    def half_then_fail(self: Any, fd: int, parts: Sequence[bytes], offset: int) -> None:
+        record = b"".join(parts)
+        write(self, fd, (record[: len(record) // 2],), offset)
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(wal_module.WriteAheadLog, "_write_record", half_then_fail)
