@@ -21,11 +21,16 @@ OUT_OF_BAND_FROM = 64 * 1024
 BODY = 3  # the body's place in ``StoredMessage.fields()``
 
 
+def is_large(body: bytes) -> bool:
+    """Whether a body goes out of band."""
+    return len(body) >= OUT_OF_BAND_FROM
+
+
 def out_of_band(fields: tuple[Any, ...]) -> tuple[Any, ...]:
     """A message's fields (``StoredMessage.fields()``) with its body marked to be pickled
     out of band, if it is large."""
     body = fields[BODY]
-    if len(body) < OUT_OF_BAND_FROM:
+    if not is_large(body):
         return fields
     return (*fields[:BODY], pickle.PickleBuffer(body), *fields[BODY + 1 :])
 
@@ -38,6 +43,6 @@ def dumps(value: object) -> tuple[bytes, tuple[bytes, ...]]:
     return data, tuple(cast(bytes, buffer.raw().obj) for buffer in marked)
 
 
-def loads(data: bytes | memoryview, bodies: Sequence[bytes]) -> object:
+def loads(data: bytes | memoryview, bodies: Sequence[bytes]) -> Any:
     """What ``dumps`` pickled, its bodies put back in their places."""
     return pickle.loads(data, buffers=bodies)

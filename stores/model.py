@@ -15,15 +15,15 @@ they count, so that watermarks and a reopen never need a scan.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree, OOTreeSet
 from persistent import Persistent
 
+from .bodies import dumps, loads, out_of_band
 from .errors import StoreError
 from .records import StoredMessage
 
@@ -72,10 +72,16 @@ def runs_at(
 
 class BlockData(Persistent):
     """The messages of one block as one pickle of their ``StoredMessage.fields()``
-    (None for a hole); written once, never changed."""
+    (None for a hole) and the large bodies it leaves out of band (``stores/bodies``),
+    kept beside it as they are: ZODB's pickle of this record is then their only copy,
+    where a body inside ``data`` was pickled twice. Written once, never changed."""
 
-    def __init__(self, data: bytes) -> None:
+    bodies: tuple[bytes, ...] = ()  # a block without large bodies stores none
+
+    def __init__(self, data: bytes, bodies: tuple[bytes, ...]) -> None:
         self.data = data
+        if bodies:
+            self.bodies = bodies
 
 
 class MessageBlock(Persistent):
@@ -91,12 +97,12 @@ class MessageBlock(Persistent):
 
     def __init__(self, messages: Sequence[StoredMessage | None]) -> None:
         try:
-            data = pickle.dumps(
-                tuple(None if m is None else m.fields() for m in messages), protocol=5
+            data, bodies = dumps(
+                tuple(None if m is None else out_of_band(m.fields()) for m in messages)
             )
         except Exception as exc:
             raise StoreError(f"messages cannot be stored: {exc}") from exc
-        self.content = BlockData(data)
+        self.content = BlockData(data, bodies)
         self.count = len(messages)
         self.sizes: tuple[int, ...] = tuple(0 if m is None else m.size for m in messages)
         expiries = tuple(0 if m is None else m.expires for m in messages)
@@ -106,10 +112,9 @@ class MessageBlock(Persistent):
     def messages(self) -> tuple[StoredMessage | None, ...]:
         """Every message of the block by offset, removed ones included (see ``gone``);
         None for a hole."""
-        return tuple(
-            None if fields is None else StoredMessage(*fields)
-            for fields in pickle.loads(self.content.data)
-        )
+        content = self.content
+        fields: tuple[tuple[Any, ...] | None, ...] = loads(content.data, content.bodies)
+        return tuple(None if f is None else StoredMessage(*f) for f in fields)
 
     def live_offsets(self) -> Iterator[int]:
         """Offsets of the messages not removed, in order, without decoding the block."""

@@ -31,7 +31,7 @@ Threads: the committing side (``start``, ``place``, ``write``, ``take_back``,
 ``written``, ``append``) one call at a time, ``place`` to ``written`` for one
 record before the next is placed; a record placed ``in_place`` may be written
 and synced by any thread (the server's C sync thread) between the two.
-``records``, ``release`` and ``prepare`` from one other thread; they share the
+``records``, ``skip``, ``release`` and ``prepare`` from one other thread; they share the
 segment list under a lock.
 """
 
@@ -379,6 +379,14 @@ class WriteAheadLog:
             self._reader = _Reader(self, after + 1)
         return self._reader.read(upto, max_bytes)
 
+    def skip(self, lsn: int) -> None:
+        """Record ``lsn`` (the next one ``records`` would read) is applied from memory:
+        the reader moves past it by its header alone, without reading its payload."""
+        if self._reader is not None and self._reader.next_lsn == lsn:
+            self._reader.skip()
+        else:
+            self._reader = _Reader(self, lsn + 1)
+
     def segment_at(self, lsn: int) -> Segment:
         """The segment that holds record ``lsn``."""
         with self._lock:
@@ -438,11 +446,8 @@ class _Reader:
         self._enter(log.segment_at(lsn))
         assert self._segment is not None
         self.next_lsn = self._segment.first
-        while self.next_lsn < lsn:  # walk to the record asked for
-            end = record_at(self._data(), self._pos, self.next_lsn)
-            if end < 0:
-                raise StoreError(f"record {self.next_lsn} is missing from {self._segment.path}")
-            self._pos, self.next_lsn = end, self.next_lsn + 1
+        while self.next_lsn < lsn:  # walk to the record asked for past applied ones, unread
+            self.skip()
 
     def read(self, upto: int, max_bytes: int) -> list[tuple[int, bytes]]:
         found: list[tuple[int, bytes]] = []
@@ -460,6 +465,18 @@ class _Reader:
             self.next_lsn += 1
         self._forget_read()
         return found
+
+    def skip(self) -> None:
+        """Move past the next record by its header (its LSN and length) alone."""
+        while True:
+            data = self._data()
+            if self._pos + HEADER.size <= len(data):
+                _, length, lsn = HEADER.unpack_from(data, self._pos)
+                end = self._pos + HEADER.size + length
+                if lsn == self.next_lsn and end <= len(data):
+                    self._pos, self.next_lsn = end, lsn + 1
+                    return
+            self._enter(self._log.segment_at(self.next_lsn))
 
     def _forget_read(self) -> None:
         """Let go of the mapped pages already read (they count in the process's memory
