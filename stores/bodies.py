@@ -21,16 +21,11 @@ OUT_OF_BAND_FROM = 64 * 1024
 BODY = 3  # the body's place in ``StoredMessage.fields()``
 
 
-def is_large(body: bytes) -> bool:
-    """Whether a body goes out of band."""
-    return len(body) >= OUT_OF_BAND_FROM
-
-
 def out_of_band(fields: tuple[Any, ...]) -> tuple[Any, ...]:
     """A message's fields (``StoredMessage.fields()``) with its body marked to be pickled
     out of band, if it is large."""
     body = fields[BODY]
-    if not is_large(body):
+    if len(body) < OUT_OF_BAND_FROM:
         return fields
     return (*fields[:BODY], pickle.PickleBuffer(body), *fields[BODY + 1 :])
 

@@ -85,6 +85,7 @@ class _Part:
             for _, ops in todo:
                 applier.apply(ops)
             applier.finish(last)
+        applier.let_go()
         self.applied = last
         return applier.appended
 

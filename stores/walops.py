@@ -43,7 +43,7 @@ import struct
 from typing import Any
 
 from .api import QUEUE_PREFIX
-from .bodies import BODY, dumps, is_large, loads, out_of_band
+from .bodies import BODY, OUT_OF_BAND_FROM, dumps, loads, out_of_band
 
 APPEND = 0
 REMOVE = 1
@@ -63,7 +63,10 @@ _COUNT = struct.Struct(">I")
 def encode(transactions: int, ops: list[Op]) -> tuple[bytes, ...]:
     """A record's payload in parts: the pickle, then the large bodies out of band (pickling
     may raise for a message that cannot be stored)."""
-    large = [i for i, op in enumerate(ops) if op[0] == APPEND and is_large(op[2][BODY])]
+    # Inlined: a function call per message cost a commit of 100 small ones 5 % more.
+    large = [
+        i for i, op in enumerate(ops) if op[0] == APPEND and len(op[2][BODY]) >= OUT_OF_BAND_FROM
+    ]
     if not large:
         return (pickle.dumps((transactions, tuple(ops)), protocol=5),)
     marked = list(ops)

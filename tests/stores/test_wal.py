@@ -21,7 +21,7 @@ from wiremq.stores.api import StoreTransaction
 from wiremq.stores.bodies import OUT_OF_BAND_FROM
 from wiremq.stores.errors import StoreError, StoreOpenError
 from wiremq.stores.messagestore import WalStore
-from wiremq.stores.model import BLOCK_BYTES, BlockData
+from wiremq.stores.model import BLOCK_BYTES, BODY_PIECE_BYTES, BodyPiece
 from wiremq.stores.storage import Location
 from wiremq.stores.wal import HEADER, record_at
 from wiremq.stores.walops import OUT_OF_BAND
@@ -191,8 +191,10 @@ def test_a_big_record_that_replaces_an_empty_segment_is_kept(tmp_path: Path) -> 
 
 
 def test_a_large_message_is_not_kept_in_the_database_caches(tmp_path: Path) -> None:
-    """Written by the catch-up and read back, a block over the cache's byte bound (as many
-    bytes as its object count of full blocks) leaves the cache again."""
+    """Written by the catch-up and read back, a large body's pieces leave the cache at once
+    (each holds a view of the whole body when written, so one left would keep it all in
+    memory), and the cache is trimmed to its byte bound (as many bytes as its object count
+    of full blocks) after each transaction."""
     small_cache = Location((tmp_path / "persqueue.fs").as_uri(), 10.0, 100)
     store = WalStore(
         tmp_path / "wal",
@@ -200,15 +202,19 @@ def test_a_large_message_is_not_kept_in_the_database_caches(tmp_path: Path) -> N
         location((tmp_path / "topics.fs").as_uri()),
         **{**WAL_OPTIONS, "segment_bytes": 1 << 16},
     )
-    body = os.urandom(100 * BLOCK_BYTES + 1)
+    cache = store._parts[0].session._connection._cache
+
+    def held() -> list[object]:
+        return [o for _, o in cache.items() if isinstance(o, BodyPiece) and o._p_state >= 0]
+
+    body = os.urandom(3 * BODY_PIECE_BYTES + 1)
     send(store, message("big", body=body))
     store.catch_up(10.0)
+    assert len([o for _, o in cache.items() if isinstance(o, BodyPiece)]) == 4
+    assert held() == []
     batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=1)
     assert [m.body for _, m in batch.messages] == [body]
-    store.catch_up(10.0)  # a later transaction: the cache is trimmed to its bounds
-    cache = store._parts[0].session._connection._cache
-    held = [o for _, o in cache.items() if isinstance(o, BlockData) and o._p_state >= 0]
-    assert held == [] and cache.total_estimated_size < 100 * BLOCK_BYTES
+    assert held() == [] and cache.total_estimated_size < 100 * BLOCK_BYTES
     store.close()
 
 
