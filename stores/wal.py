@@ -53,6 +53,7 @@ from .api import LogWrite
 from .errors import StoreError, StoreOpenError
 
 HEADER = struct.Struct(">IIQ")  # crc32, payload length, LSN
+_CRC, _REST = struct.Struct(">I"), struct.Struct(">IQ")  # the header, as it is made
 LSN = struct.Struct(">Q")
 _NAME = re.compile(r"^(\d{20})\.wal$")
 _PREPARED = "prepared.tmp"
@@ -69,11 +70,11 @@ def segment_name(lsn: int) -> str:
 def encode_record(lsn: int, payload: Sequence[bytes]) -> tuple[bytes, ...]:
     """A record whose payload is ``payload``'s parts one after the other, in parts: the
     header joined to the first, then the others as they are (a large body, uncopied)."""
-    rest = struct.pack(">IQ", sum(len(part) for part in payload), lsn)
+    rest = _REST.pack(sum(map(len, payload)), lsn)
     crc = zlib.crc32(rest)
     for part in payload:
         crc = zlib.crc32(part, crc)
-    return (struct.pack(">I", crc) + rest + payload[0], *payload[1:])
+    return (_CRC.pack(crc) + rest + payload[0], *payload[1:])
 
 
 def record_at(data: bytes | mmap.mmap, pos: int, lsn: int | None = None) -> int:
