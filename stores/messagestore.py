@@ -413,7 +413,7 @@ class WalStore:
                 batch: Iterable[_Record] = [held]
                 records += 1
             else:
-                read = self._wal.records(start, upto, self._catch_up_bytes)
+                read = self._wal.records(start, self._before_held(upto), self._catch_up_bytes)
                 records += len(read)
                 batch = _decoded(read)
             queue_ops: list[tuple[int, list[Op]]] = []
@@ -428,6 +428,11 @@ class WalStore:
             if deadline is not None and self._clock() >= deadline:
                 break
         return transactions, messages, records
+
+    def _before_held(self, upto: int) -> int:
+        """Where a read of the log stops: before the record held in memory, if any."""
+        held = self._held
+        return upto if held is None else min(upto, held[0] - 1)
 
     def _take_held(self, start: int) -> _Record | None:
         """The record after LSN ``start`` if it is the one held in memory (the log's

@@ -270,13 +270,16 @@ def test_a_large_record_just_committed_is_applied_from_memory_not_read_back(
     by its header, in its segment or in the next one."""
     store = open_store(tmp_path, segment_bytes=segment_bytes)
     body = os.urandom(2 * OUT_OF_BAND_FROM)
+    send(store, message("before"))  # read from the log, in the batch that stops at it
     send(store, message("large", body=body))
     send(store, message("after"))
     first = segments(tmp_path)[0]
-    flip(first, spans(first)[0][0] + HEADER.size + 100)
+    large = spans(first)[1][0] if segment_bytes > len(body) else 0
+    flip(segments(tmp_path)[segment_bytes < len(body)], large + HEADER.size + 100)
     store.catch_up(10.0)
     batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=1 << 30)
     assert [(m.message_id, m.body) for _, m in batch.messages] == [
+        ("before", b"body"),
         ("large", body),
         ("after", b"body"),
     ]
