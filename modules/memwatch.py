@@ -12,9 +12,10 @@ the level changes:
 
 - ``collect``: an extra garbage collection every ``interval`` seconds while
   its level is in force (2 s at level 1, 750 ms at level 2 by default): the
-  cycle collector runs seldom (``server/cli.py``), and garbage in cycles (the
-  database's serializers make some, each holding a copy of what it wrote) waits
-  for it; then freed memory is handed back to the system (``malloc_trim``).
+  cycle collector runs seldom (``server/cli.py``), and garbage in cycles waits
+  for it (the stores' database connections break the one ZODB's serializers
+  make, ``stores/leandb.py``); then freed memory is handed back to the system
+  (``malloc_trim``).
 - ``warn``: a warning when its level is entered (the top level by default),
   and a note once the level is back at 0.
 - your own: a ``MemoryAction`` subclass named by ``class=`` in config.xml,

@@ -101,7 +101,7 @@ class StoreWriter:
             self.log.write(
                 write.fd,
                 write.offset,
-                write.record,
+                write.parts,
                 lambda: self._finish(work, pending),
                 lambda error: self.worker.submit(
                     lambda: store.take_back(pending, error),

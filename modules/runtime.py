@@ -6,7 +6,7 @@ implement them on a fake clock. Modules never import the event loop itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class Worker(Protocol):
 
 
 class LogWriter(Protocol):
-    """Writes bytes into an open file and syncs them (``pwrite`` + ``fdatasync``) off the
+    """Writes bytes into an open file and syncs them (``pwritev`` + ``fdatasync``) off the
     event loop, on a thread that never takes the interpreter lock: the store's commits,
     one sync each, are its only work, and a hand-over through a Python thread costs more
     than the sync (see docs/architecture.md, "Speed").
@@ -46,10 +46,11 @@ class LogWriter(Protocol):
         self,
         fd: int,
         offset: int,
-        data: bytes,
+        parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
-    ) -> None: ...
+    ) -> None:
+        """Write ``parts`` one after the other at ``offset`` of ``fd`` and sync it."""
 
 
 class Runtime(Protocol):

@@ -1,7 +1,8 @@
 /* A thread that writes bytes into an open file and syncs them, never taking the GIL.
  *
  * SyncThread(notify_fd)
- *     .write(fd, offset, data)   hand over one write: data at offset of fd, then fdatasync
+ *     .write(fd, offset, parts)  hand over one write: the parts, one after the other, at
+ *                                offset of fd (one pwritev), then fdatasync
  *     .result() -> int | None    None while it runs; then 0 or the errno it failed with
  *     .close()                   finish the write in hand, end the thread
  *
@@ -9,9 +10,12 @@
  * on a Python thread, each one costs two hand-overs of the interpreter lock
  * (the thread takes it to start and again to report) and wakes the event loop
  * through Twisted's thread queue. This thread runs plain system calls only: it
- * takes `data` through the buffer protocol (held until `result` hands the
- * outcome back), writes it, syncs, and then writes 8 bytes to `notify_fd` (an
- * eventfd or a pipe the event loop watches), which is all the event loop hears.
+ * takes each of `parts` through the buffer protocol (held until `result` hands
+ * the outcome back), writes them, syncs, and then writes 8 bytes to `notify_fd`
+ * (an eventfd or a pipe the event loop watches), which is all the event loop
+ * hears. A record in parts is a large message's body written from the bytes the
+ * server holds, not from a copy joined to the record's header (one gather
+ * write).
  *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
@@ -23,7 +27,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#define MAX_IOV 1024 /* IOV_MAX on Linux: at most this many parts per pwritev */
 
 typedef struct {
     PyObject_HEAD
@@ -41,7 +48,9 @@ typedef struct {
     int in_hand;
     int fd;
     off_t offset;
-    Py_buffer data;
+    Py_ssize_t count;   /* parts */
+    Py_buffer *parts;   /* their buffers */
+    struct iovec *iov;  /* the same, as the thread writes them (it moves them on) */
 } SyncThread;
 
 static int
@@ -54,21 +63,33 @@ sync_file(int fd)
 #endif
 }
 
-/* Write all of buf at offset, then sync; 0 or an errno. */
+/* Write all of the parts one after the other at offset, then sync; 0 or an errno. */
 static int
-write_and_sync(int fd, const char *buf, Py_ssize_t size, off_t offset)
+write_and_sync(int fd, struct iovec *iov, Py_ssize_t count, off_t offset)
 {
-    while (size > 0) {
-        ssize_t written = pwrite(fd, buf, (size_t)size, offset);
+    while (count > 0) {
+        if (iov->iov_len == 0) {
+            iov++;
+            count--;
+            continue;
+        }
+        ssize_t written = pwritev(fd, iov, count < MAX_IOV ? (int)count : MAX_IOV, offset);
         if (written < 0) {
             if (errno == EINTR) {
                 continue;
             }
             return errno;
         }
-        buf += written;
-        size -= written;
         offset += written;
+        while (count > 0 && (size_t)written >= iov->iov_len) {
+            written -= (ssize_t)iov->iov_len;
+            iov++;
+            count--;
+        }
+        if (count > 0) {
+            iov->iov_base = (char *)iov->iov_base + written;
+            iov->iov_len -= (size_t)written;
+        }
     }
     return sync_file(fd) < 0 ? errno : 0;
 }
@@ -99,10 +120,10 @@ run(void *arg)
         self->handed = 0;
         int fd = self->fd;
         off_t offset = self->offset;
-        const char *buf = self->data.buf;
-        Py_ssize_t size = self->data.len;
+        struct iovec *iov = self->iov;
+        Py_ssize_t count = self->count;
         pthread_mutex_unlock(&self->lock);
-        int error = write_and_sync(fd, buf, size, offset);
+        int error = write_and_sync(fd, iov, count, offset);
         pthread_mutex_lock(&self->lock);
         self->error = error;
         self->finished = 1;
@@ -146,29 +167,70 @@ SyncThread_init(SyncThread *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/* Let go of the parts of the write in hand (with the GIL). */
+static void
+release_parts(SyncThread *self)
+{
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        PyBuffer_Release(&self->parts[i]);
+    }
+    PyMem_Free(self->parts);
+    PyMem_Free(self->iov);
+    self->parts = NULL;
+    self->iov = NULL;
+    self->count = 0;
+}
+
 static PyObject *
 SyncThread_write(SyncThread *self, PyObject *args)
 {
     int fd;
     long long offset;
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "iLy*", &fd, &offset, &data)) {
+    PyObject *sequence;
+    if (!PyArg_ParseTuple(args, "iLO", &fd, &offset, &sequence)) {
         return NULL;
     }
     if (!self->started || self->stopping) {
-        PyBuffer_Release(&data);
         PyErr_SetString(PyExc_RuntimeError, "the SyncThread is closed");
         return NULL;
     }
     if (self->in_hand) {
-        PyBuffer_Release(&data);
         PyErr_SetString(PyExc_RuntimeError, "a write is in hand already");
         return NULL;
     }
+    PyObject *items = PySequence_Fast(sequence, "parts must be a sequence of bytes-like objects");
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    Py_buffer *parts = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Py_buffer));
+    struct iovec *iov = PyMem_Calloc(count ? (size_t)count : 1, sizeof(struct iovec));
+    if (parts == NULL || iov == NULL) {
+        PyMem_Free(parts);
+        PyMem_Free(iov);
+        Py_DECREF(items);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(items, i), &parts[i], PyBUF_SIMPLE) < 0) {
+            while (i-- > 0) {
+                PyBuffer_Release(&parts[i]);
+            }
+            PyMem_Free(parts);
+            PyMem_Free(iov);
+            Py_DECREF(items);
+            return NULL;
+        }
+        iov[i].iov_base = parts[i].buf;
+        iov[i].iov_len = (size_t)parts[i].len;
+    }
+    Py_DECREF(items);
     pthread_mutex_lock(&self->lock);
     self->fd = fd;
     self->offset = (off_t)offset;
-    self->data = data;
+    self->count = count;
+    self->parts = parts;
+    self->iov = iov;
     self->in_hand = 1;
     self->handed = 1;
     self->finished = 0;
@@ -191,7 +253,7 @@ SyncThread_result(SyncThread *self, PyObject *Py_UNUSED(ignored))
         Py_RETURN_NONE;
     }
     self->in_hand = 0;
-    PyBuffer_Release(&self->data);
+    release_parts(self);
     return PyLong_FromLong(error);
 }
 
@@ -210,7 +272,7 @@ SyncThread_close(SyncThread *self, PyObject *Py_UNUSED(ignored))
     Py_END_ALLOW_THREADS
     if (self->in_hand) {
         self->in_hand = 0;
-        PyBuffer_Release(&self->data);
+        release_parts(self);
     }
     Py_RETURN_NONE;
 }
@@ -229,7 +291,8 @@ SyncThread_dealloc(SyncThread *self)
 
 static PyMethodDef SyncThread_methods[] = {
     {"write", (PyCFunction)SyncThread_write, METH_VARARGS,
-     "write(fd, offset, data): write data at offset of fd and fdatasync it, on the thread"},
+     "write(fd, offset, parts): write the parts one after the other at offset of fd and "
+     "fdatasync it, on the thread"},
     {"result", (PyCFunction)SyncThread_result, METH_NOARGS,
      "None while the write runs; then 0, or the errno it failed with"},
     {"close", (PyCFunction)SyncThread_close, METH_NOARGS,

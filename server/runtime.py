@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -129,7 +129,9 @@ class SyncThreadLogWriter:
         os.set_blocking(self._notified, False)
         self._thread = SyncThread(notify)
         self._notify = notify
-        self._waiting: deque[tuple[int, int, bytes, Callable[[], None], Callable[[OSError], None]]]
+        self._waiting: deque[
+            tuple[int, int, Sequence[bytes], Callable[[], None], Callable[[OSError], None]]
+        ]
         self._waiting = deque()
         self._in_hand: tuple[Callable[[], None], Callable[[OSError], None]] | None = None
         self._drains: list[defer.Deferred[None]] = []
@@ -139,17 +141,17 @@ class SyncThreadLogWriter:
         self,
         fd: int,
         offset: int,
-        data: bytes,
+        parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
     ) -> None:
-        self._waiting.append((fd, offset, data, done, failed))
+        self._waiting.append((fd, offset, parts, done, failed))
         if self._in_hand is None:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        fd, offset, data, done, failed = self._waiting.popleft()
-        self._thread.write(fd, offset, data)
+        fd, offset, parts, done, failed = self._waiting.popleft()
+        self._thread.write(fd, offset, parts)
         self._in_hand = (done, failed)
 
     def doRead(self) -> None:

@@ -139,17 +139,24 @@ class Batch:
 
 @dataclass(slots=True)
 class LogWrite:
-    """The bytes that make a commit durable, and where they go: ``record`` written at
-    ``offset`` of the open file ``fd``, then synced.
+    """The bytes that make a commit durable, and where they go: the record's ``parts``
+    written one after the other at ``offset`` of the open file ``fd``, then synced.
 
+    A record comes in parts so that a large message's body is written from the bytes
+    the server holds rather than from a copy joined to the rest (``stores/bodies``).
     ``fd`` is -1 (and ``offset`` 0) if the record needs a new file first, which only
     ``MessageStore.write`` can start.
     """
 
     lsn: int
-    record: bytes
+    parts: tuple[bytes, ...]
     fd: int
     offset: int
+
+    @property
+    def size(self) -> int:
+        """The record's length in bytes."""
+        return sum(len(part) for part in self.parts)
 
     @property
     def in_place(self) -> bool:

@@ -30,7 +30,7 @@ bookkeeping only, no message content).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,8 @@ from .walstate import StoreState, Touched, Undo
 
 log = structlog.get_logger(__name__)
 
+_Record = tuple[int, tuple[int, tuple[Op, ...]]]  # a record's LSN, transactions, operations
+
 
 class _Part:
     """One store's root (queues or topics) and the last record applied to it."""
@@ -83,6 +85,7 @@ class _Part:
             for _, ops in todo:
                 applier.apply(ops)
             applier.finish(last)
+        applier.let_go()
         self.applied = last
         return applier.appended
 
@@ -134,6 +137,11 @@ class WalStore:
         if catch_up_bytes < 1:
             raise ValueError("catch_up_bytes must be at least 1")
         self._clock = clock
+        # The last record committed with large bodies, as decided (its bodies the very
+        # objects the server holds), until it is applied: the catch-up applies it from
+        # here instead of reading and decoding a copy of it from the log. One record at
+        # most, so what it keeps alive is bounded by one commit.
+        self._held: _Record | None = None
         self._catch_up_bytes = catch_up_bytes
         self._wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes)
         self._databases: dict[str, DB] = {}
@@ -229,15 +237,24 @@ class WalStore:
         touched = Touched()
         try:
             results = [self._state.resolve(t, ops, undo, touched) for t in transactions]
-            write = self._wal.place(encode(len(transactions), ops)) if ops else None
+            payload = encode(len(transactions), ops) if ops else None
+            write = self._wal.place(payload) if payload else None
         except BaseException as exc:
             _undo(undo)
             if isinstance(exc, Exception) and not isinstance(exc, StoreError):
                 raise StoreError(f"messages cannot be stored: {exc}") from exc
             raise
+        held: _Record | None = None
+        if write is not None and payload is not None and len(payload) > 1:  # large bodies
+            held = (write.lsn, (len(transactions), tuple(ops)))
         return PendingCommit(
-            results, write, lambda: _undo(undo), lambda: self._state.publish(touched)
+            results, write, lambda: _undo(undo), lambda: self._publish(touched, held)
         )
+
+    def _publish(self, touched: Touched, held: _Record | None) -> None:
+        self._state.publish(touched)
+        if held is not None:
+            self._held = held
 
     def write(self, pending: PendingCommit) -> None:
         """Make a begun commit's record durable on this thread (any thread, one at a time;
@@ -391,11 +408,17 @@ class WalStore:
         one batch); returns (transactions, messages appended, records)."""
         transactions = messages = records = 0
         while (start := self._applied()) < upto:
-            batch = self._wal.records(start, upto, self._catch_up_bytes)
-            records += len(batch)
+            held = self._take_held(start)
+            if held is not None:
+                batch: Iterable[_Record] = [held]
+                records += 1
+            else:
+                read = self._wal.records(start, self._before_held(upto), self._catch_up_bytes)
+                records += len(read)
+                batch = _decoded(read)
             queue_ops: list[tuple[int, list[Op]]] = []
             topic_ops: list[tuple[int, list[Op]]] = []
-            for lsn, (count, ops) in _decoded(batch):
+            for lsn, (count, ops) in batch:
                 transactions += count
                 for_queues, for_topics = split(ops)
                 queue_ops.append((lsn, for_queues))
@@ -406,8 +429,29 @@ class WalStore:
                 break
         return transactions, messages, records
 
+    def _before_held(self, upto: int) -> int:
+        """Where a read of the log stops: before the record held in memory, if any."""
+        held = self._held
+        return upto if held is None else min(upto, held[0] - 1)
 
-def _decoded(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[int, tuple[Op, ...]]]]:
+    def _take_held(self, start: int) -> _Record | None:
+        """The record after LSN ``start`` if it is the one held in memory (the log's
+        reader moves past it unread); a held record already applied is let go of.
+
+        The event loop may hold a newer record meanwhile, and this may then let go of it
+        as well: it is read back from the log instead.
+        """
+        held = self._held
+        if held is None or held[0] > start + 1:
+            return None
+        self._held = None
+        if held[0] <= start:
+            return None
+        self._wal.skip(held[0])
+        return held
+
+
+def _decoded(batch: list[tuple[int, bytes]]) -> Iterator[_Record]:
     """Each record's LSN and decoded payload, in order; the list is emptied as it goes, so
     that a record's bytes are let go of once decoded (a large message's are its size)."""
     batch.reverse()

@@ -15,15 +15,16 @@ they count, so that watermarks and a reopen never need a scan.
 
 from __future__ import annotations
 
-import pickle
+import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from BTrees.LOBTree import LOBTree
 from BTrees.OOBTree import OOBTree, OOTreeSet
 from persistent import Persistent
 
+from .bodies import dumps, loads, out_of_band
 from .errors import StoreError
 from .records import StoredMessage
 
@@ -34,6 +35,10 @@ BLOCK_BYTES = 32_768
 # A block written by the write-ahead log's catch-up may have holes (messages
 # removed before they reached ZODB); it spans at most this many positions.
 BLOCK_SPAN = 4 * BLOCK_MESSAGES
+# A large body (``bodies.OUT_OF_BAND_FROM``) is stored in pieces of at most this many
+# bytes, each a record of its own (``BodyPiece``): about the cost of a record's
+# bookkeeping per millisecond of writing it.
+BODY_PIECE_BYTES = 1 << 20
 
 
 K = TypeVar("K")
@@ -70,12 +75,50 @@ def runs_at(
         yield run
 
 
+class BodyPiece(Persistent):
+    """A piece of a large body, a record of its own (see ``BODY_PIECE_BYTES``); written from
+    a view of the body, so that the body is never copied whole. Let go of it
+    (``_p_deactivate``) once written or read: while it holds its view, the whole body stays
+    in memory."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.data: bytes | memoryview = view
+
+    def __getstate__(self) -> dict[str, bytes]:
+        return {"data": bytes(self.data)}
+
+
+def pieces_of(body: bytes) -> tuple[BodyPiece, ...]:
+    view = memoryview(body)
+    return tuple(
+        BodyPiece(view[start : start + BODY_PIECE_BYTES])
+        for start in range(0, len(body), BODY_PIECE_BYTES)
+    )
+
+
+def joined(pieces: Sequence[BodyPiece]) -> bytes:
+    """A body read back from its pieces, each let go of once copied: at the peak the body
+    and one piece."""
+    body = io.BytesIO()  # grows in place, and hands over its buffer uncopied
+    for piece in pieces:
+        body.write(piece.data)
+        piece._p_deactivate()
+    return body.getvalue()
+
+
 class BlockData(Persistent):
     """The messages of one block as one pickle of their ``StoredMessage.fields()``
-    (None for a hole); written once, never changed."""
+    (None for a hole) and the large bodies it leaves out of band (``stores/bodies``),
+    each kept beside it in pieces (``bodies``): ZODB's pickler (zodbpickle) holds a
+    record twice over while it writes it, so a body inside the pickle cost three copies
+    at once and a body in pieces costs two of a piece. Written once, never changed."""
 
-    def __init__(self, data: bytes) -> None:
+    bodies: tuple[tuple[BodyPiece, ...], ...] = ()  # a block without large bodies has none
+
+    def __init__(self, data: bytes, bodies: tuple[bytes, ...]) -> None:
         self.data = data
+        if bodies:
+            self.bodies = tuple(pieces_of(body) for body in bodies)
 
 
 class MessageBlock(Persistent):
@@ -91,12 +134,12 @@ class MessageBlock(Persistent):
 
     def __init__(self, messages: Sequence[StoredMessage | None]) -> None:
         try:
-            data = pickle.dumps(
-                tuple(None if m is None else m.fields() for m in messages), protocol=5
+            data, bodies = dumps(
+                tuple(None if m is None else out_of_band(m.fields()) for m in messages)
             )
         except Exception as exc:
             raise StoreError(f"messages cannot be stored: {exc}") from exc
-        self.content = BlockData(data)
+        self.content = BlockData(data, bodies)
         self.count = len(messages)
         self.sizes: tuple[int, ...] = tuple(0 if m is None else m.size for m in messages)
         expiries = tuple(0 if m is None else m.expires for m in messages)
@@ -106,10 +149,14 @@ class MessageBlock(Persistent):
     def messages(self) -> tuple[StoredMessage | None, ...]:
         """Every message of the block by offset, removed ones included (see ``gone``);
         None for a hole."""
-        return tuple(
-            None if fields is None else StoredMessage(*fields)
-            for fields in pickle.loads(self.content.data)
-        )
+        content = self.content
+        bodies = [joined(pieces) for pieces in content.bodies]
+        fields: tuple[tuple[Any, ...] | None, ...] = loads(content.data, bodies)
+        return tuple(None if f is None else StoredMessage(*f) for f in fields)
+
+    def pieces(self) -> list[BodyPiece]:
+        """The pieces of its large bodies."""
+        return [piece for pieces in self.content.bodies for piece in pieces]
 
     def live_offsets(self) -> Iterator[int]:
         """Offsets of the messages not removed, in order, without decoding the block."""
@@ -156,21 +203,27 @@ class MessageLog(Persistent):
         self.count = 0
         self.bytes = 0
 
-    def append_at(self, items: Sequence[tuple[int, StoredMessage]], last_seq: int) -> None:
+    def append_at(
+        self, items: Sequence[tuple[int, StoredMessage]], last_seq: int
+    ) -> list[MessageBlock]:
         """Add messages at the positions given (increasing, past the end, maybe with
         gaps), then move the end to ``last_seq`` (positions handed out but whose
-        messages are already gone count too, so that none is ever used twice)."""
+        messages are already gone count too, so that none is ever used twice); returns
+        the blocks written."""
         if items and items[0][0] <= self.last_seq:
             raise StoreError(f"position {items[0][0]} is not past the end of the log")
+        written = []
         for run in runs_at(items):
             first = run[0][0]
             slots: list[StoredMessage | None] = [None] * (run[-1][0] - first + 1)
             for seq, message in run:
                 slots[seq - first] = message
-            self.blocks[first] = MessageBlock(slots)
+            block = self.blocks[first] = MessageBlock(slots)
+            written.append(block)
         self.count += len(items)
         self.bytes += sum(m.size for _, m in items)
         self.last_seq = max(self.last_seq, last_seq, items[-1][0] if items else 0)
+        return written
 
     def discard(self, seqs: Iterable[int]) -> list[tuple[int, int, int]]:
         """Remove messages by position without reading them; returns (seq, size, expires)
@@ -287,12 +340,14 @@ class LogSet(Persistent):
 
     def append_at(
         self, destination: str, items: Sequence[tuple[int, StoredMessage]], last_seq: int
-    ) -> None:
-        """Add messages to one log at given positions (see ``MessageLog.append_at``)."""
-        self.log(destination).append_at(items, last_seq)
+    ) -> list[MessageBlock]:
+        """Add messages to one log at given positions (see ``MessageLog.append_at``);
+        returns the blocks written."""
+        written = self.log(destination).append_at(items, last_seq)
         for seq, message in items:
             if message.expires:
                 self.expiry.add((message.expires, destination, seq))
+        return written
 
     def discard(self, destination: str, seqs: Iterable[int]) -> int:
         """Remove messages of one destination by position without reading them (see

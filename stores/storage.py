@@ -21,6 +21,7 @@ from ZODB import DB
 
 from .errors import StoreOpenError
 from .filestorage import open_file_storage
+from .leandb import LeanDB
 from .model import BLOCK_BYTES
 
 
@@ -53,7 +54,7 @@ def open_database(location: Location) -> DB:
         )
     storage = opener(parts, connect_timeout)
     try:
-        return DB(storage, cache_size=cache_size, cache_size_bytes=cache_size * BLOCK_BYTES)
+        return LeanDB(storage, cache_size=cache_size, cache_size_bytes=cache_size * BLOCK_BYTES)
     except Exception as exc:
         storage.close()
         raise StoreOpenError(f"cannot open the database at {redact(uri)}: {exc}") from exc

@@ -31,7 +31,7 @@ Threads: the committing side (``start``, ``place``, ``write``, ``take_back``,
 ``written``, ``append``) one call at a time, ``place`` to ``written`` for one
 record before the next is placed; a record placed ``in_place`` may be written
 and synced by any thread (the server's C sync thread) between the two.
-``records``, ``release`` and ``prepare`` from one other thread; they share the
+``records``, ``skip``, ``release`` and ``prepare`` from one other thread; they share the
 segment list under a lock.
 """
 
@@ -43,7 +43,7 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +53,12 @@ from .api import LogWrite
 from .errors import StoreError, StoreOpenError
 
 HEADER = struct.Struct(">IIQ")  # crc32, payload length, LSN
+_CRC, _REST = struct.Struct(">I"), struct.Struct(">IQ")  # the header, as it is made
 LSN = struct.Struct(">Q")
 _NAME = re.compile(r"^(\d{20})\.wal$")
 _PREPARED = "prepared.tmp"
 _ZEROS = bytes(1 << 20)
+_MAX_PARTS = 1024  # IOV_MAX on Linux: at most this many parts per pwritev
 
 sync_data: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
@@ -65,9 +67,14 @@ def segment_name(lsn: int) -> str:
     return f"{lsn:020d}.wal"
 
 
-def encode_record(lsn: int, payload: bytes) -> bytes:
-    rest = struct.pack(">IQ", len(payload), lsn)
-    return struct.pack(">I", zlib.crc32(payload, zlib.crc32(rest))) + rest + payload
+def encode_record(lsn: int, payload: Sequence[bytes]) -> tuple[bytes, ...]:
+    """A record whose payload is ``payload``'s parts one after the other, in parts: the
+    header joined to the first, then the others as they are (a large body, uncopied)."""
+    rest = _REST.pack(sum(map(len, payload)), lsn)
+    crc = zlib.crc32(rest)
+    for part in payload:
+        crc = zlib.crc32(part, crc)
+    return (_CRC.pack(crc) + rest + payload[0], *payload[1:])
 
 
 def record_at(data: bytes | mmap.mmap, pos: int, lsn: int | None = None) -> int:
@@ -257,18 +264,19 @@ class WriteAheadLog:
 
     # -- the committing thread ------------------------------------------------------------
 
-    def place(self, payload: bytes) -> LogWrite:
-        """The next record, encoded, and where it goes (no I/O): in the open segment if it
-        fits there, else in a new one (``in_place`` false: ``write`` starts it).
+    def place(self, payload: Sequence[bytes]) -> LogWrite:
+        """The next record (its payload ``payload``'s parts one after the other), encoded,
+        and where it goes (no I/O): in the open segment if it fits there, else in a new one
+        (``in_place`` false: ``write`` starts it).
 
         Raises ``StoreError`` if an earlier failure stopped the log.
         """
         if self._failed:
             raise StoreError(f"the write-ahead log failed earlier ({self._failed}); restart")
-        record = encode_record(self._next_lsn, payload)
-        if self._offset + len(record) > self._segment.size:
-            return LogWrite(self._next_lsn, record, -1, 0)
-        return LogWrite(self._next_lsn, record, self._fd, self._offset)
+        write = LogWrite(self._next_lsn, encode_record(self._next_lsn, payload), -1, 0)
+        if self._offset + write.size <= self._segment.size:
+            write.fd, write.offset = self._fd, self._offset
+        return write
 
     def write(self, write: LogWrite) -> None:
         """Make a placed record durable here (starting a new segment if it needs one).
@@ -278,12 +286,12 @@ class WriteAheadLog:
         """
         if not write.in_place:
             try:
-                self._rotate(len(write.record))
+                self._rotate(write.size)
             except OSError as exc:
                 raise StoreError(f"cannot start a write-ahead log segment: {exc}") from exc
             write.fd, write.offset = self._fd, 0
         try:
-            self._write_record(write.fd, write.record, write.offset)
+            self._write_record(write.fd, write.parts, write.offset)
             sync_data(write.fd)
         except OSError as exc:
             raise self.take_back(write, exc) from exc
@@ -293,7 +301,7 @@ class WriteAheadLog:
         have left, so that the record is not found at the next open; returns the error to
         report. If even that fails, every later record fails too (the process must
         restart and the next open decides what reached the disk)."""
-        size = max(0, min(len(write.record), self._segment.size - write.offset))
+        size = max(0, min(write.size, self._segment.size - write.offset))
         try:
             _zero(write.fd, write.offset, size)
             sync_data(write.fd)
@@ -303,12 +311,12 @@ class WriteAheadLog:
 
     def written(self, write: LogWrite) -> int:
         """A placed record is durable: the next one follows it. Returns its LSN."""
-        self._offset = write.offset + len(write.record)
+        self._offset = write.offset + write.size
         self._next_lsn = write.lsn + 1
         self.durable_lsn = write.lsn
         return write.lsn
 
-    def append(self, payload: bytes) -> int:
+    def append(self, payload: Sequence[bytes]) -> int:
         """Write one record and make it durable, on this thread; returns its LSN.
 
         Raises ``StoreError`` if it could not be made durable (see ``write``).
@@ -317,12 +325,17 @@ class WriteAheadLog:
         self.write(write)
         return self.written(write)
 
-    def _write_record(self, fd: int, record: bytes, offset: int) -> None:
-        """Write ``record`` at ``offset`` (a seam: tests replace it to tear writes)."""
-        view = memoryview(record)
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view, offset = view[written:], offset + written
+    def _write_record(self, fd: int, parts: Sequence[bytes], offset: int) -> None:
+        """Write ``parts`` one after the other at ``offset`` (a seam: tests replace it to
+        tear writes)."""
+        views = [memoryview(part) for part in parts if part]
+        while views:
+            written = os.pwritev(fd, views[:_MAX_PARTS], offset)
+            offset += written
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if views:
+                views[0] = views[0][written:]
 
     def _rotate(self, needed: int) -> None:
         """Start the next segment (it takes the LSN of the next record as its name).
@@ -366,6 +379,14 @@ class WriteAheadLog:
         if self._reader is None or self._reader.next_lsn != after + 1:
             self._reader = _Reader(self, after + 1)
         return self._reader.read(upto, max_bytes)
+
+    def skip(self, lsn: int) -> None:
+        """Record ``lsn`` (the next one ``records`` would read) is applied from memory:
+        the reader moves past it by its header alone, without reading its payload."""
+        if self._reader is not None and self._reader.next_lsn == lsn:
+            self._reader.skip()
+        else:
+            self._reader = _Reader(self, lsn + 1)
 
     def segment_at(self, lsn: int) -> Segment:
         """The segment that holds record ``lsn``."""
@@ -426,11 +447,8 @@ class _Reader:
         self._enter(log.segment_at(lsn))
         assert self._segment is not None
         self.next_lsn = self._segment.first
-        while self.next_lsn < lsn:  # walk to the record asked for
-            end = record_at(self._data(), self._pos, self.next_lsn)
-            if end < 0:
-                raise StoreError(f"record {self.next_lsn} is missing from {self._segment.path}")
-            self._pos, self.next_lsn = end, self.next_lsn + 1
+        while self.next_lsn < lsn:  # walk to the record asked for past applied ones, unread
+            self.skip()
 
     def read(self, upto: int, max_bytes: int) -> list[tuple[int, bytes]]:
         found: list[tuple[int, bytes]] = []
@@ -448,6 +466,18 @@ class _Reader:
             self.next_lsn += 1
         self._forget_read()
         return found
+
+    def skip(self) -> None:
+        """Move past the next record by its header (its LSN and length) alone."""
+        while True:
+            data = self._data()
+            if self._pos + HEADER.size <= len(data):
+                _, length, lsn = HEADER.unpack_from(data, self._pos)
+                end = self._pos + HEADER.size + length
+                if lsn == self.next_lsn and end <= len(data):
+                    self._pos, self.next_lsn = end, lsn + 1
+                    return
+            self._enter(self._log.segment_at(self.next_lsn))
 
     def _forget_read(self) -> None:
         """Let go of the mapped pages already read (they count in the process's memory

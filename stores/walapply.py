@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .durable import DurableLogSet
-from .model import LogSet
+from .model import BodyPiece, LogSet
 from .records import StoredMessage
 from .walops import (
     ACKNOWLEDGE,
@@ -32,7 +32,8 @@ from .walops import (
 
 class Applier:
     """Applies operations to one root inside one open ZODB transaction; ``finish``
-    writes what is still pending and records the last LSN applied."""
+    writes what is still pending and records the last LSN applied; once committed,
+    ``let_go`` drops what the cache would keep of the large bodies written."""
 
     def __init__(self, root: LogSet) -> None:
         self._root = root
@@ -40,6 +41,7 @@ class Applier:
         self._top: dict[str, int] = {}  # the highest position handed out, per destination
         self._removals: dict[str, list[int]] = {}  # of messages already in ZODB
         self.appended = 0
+        self.pieces: list[BodyPiece] = []  # of the large bodies written, to let go of
 
     def apply(self, ops: Iterable[Op]) -> None:
         for op in ops:
@@ -77,8 +79,15 @@ class Applier:
             self._root.discard(destination, seqs)
         for destination, top in self._top.items():
             pending = self._pending.get(destination, {})
-            self._root.append_at(destination, sorted(pending.items()), top)
+            for block in self._root.append_at(destination, sorted(pending.items()), top):
+                self.pieces += block.pieces()
         self._root.applied_lsn = lsn
+
+    def let_go(self) -> None:
+        """Deactivate the pieces of the large bodies written: each holds a view of its
+        whole body, which the object cache would keep in memory as long as any of them."""
+        for piece in self.pieces:
+            piece._p_deactivate()
 
     def _drop_pending(self, topic: str, upto: int | None) -> None:
         pending = self._pending.get(topic)

@@ -7,7 +7,7 @@ the test says so (``run_workers``), so the order of events is the test's to choo
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,15 +61,15 @@ class FakeLogWriter(FakeWorker):
         self,
         fd: int,
         offset: int,
-        data: bytes,
+        parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
     ) -> None:
-        self.submit(lambda: _write_and_sync(fd, offset, data), lambda _: done(), failed)  # type: ignore[arg-type]
+        self.submit(lambda: _write_and_sync(fd, offset, parts), lambda _: done(), failed)  # type: ignore[arg-type]
 
 
-def _write_and_sync(fd: int, offset: int, data: bytes) -> None:
-    os.pwrite(fd, data, offset)
+def _write_and_sync(fd: int, offset: int, parts: Sequence[bytes]) -> None:
+    os.pwritev(fd, parts, offset)
     os.fdatasync(fd)
 
 

@@ -52,9 +52,9 @@ def test_the_log_writer_writes_in_order_and_reports_each_write_on_the_reactor(
 
     def write_three() -> defer.Deferred[None]:
         writer = runtime.log_writer()
-        writer.write(fd, 0, b"one", lambda: report("one"), report)
-        writer.write(read_only, 3, b"two", lambda: report("two"), report)
-        writer.write(fd, 3, b"three", lambda: report("three"), report)
+        writer.write(fd, 0, (b"one",), lambda: report("one"), report)
+        writer.write(read_only, 3, (b"two",), lambda: report("two"), report)
+        writer.write(fd, 3, (b"th", b"ree"), lambda: report("three"), report)
         return writer.drained()
 
     try:
@@ -78,7 +78,7 @@ def test_stopping_the_workers_waits_for_the_log_writes_handed_over(
     reported: list[str] = []
 
     def write_and_stop() -> defer.Deferred[None]:
-        runtime.log_writer().write(fd, 0, b"last", lambda: reported.append("done"), print)
+        runtime.log_writer().write(fd, 0, (b"last",), lambda: reported.append("done"), print)
         stopped: defer.Deferred[None] = runtime.stop_workers()
         return stopped
 

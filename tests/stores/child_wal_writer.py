@@ -34,7 +34,7 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ZODB.FileStorage import FileStorage
@@ -78,11 +78,12 @@ def tear_writes() -> None:
     """Each record written in two halves, a pause between; each ZODB commit lingers."""
     write, finish = WriteAheadLog._write_record, FileStorage._finish
 
-    def torn_write(self: WriteAheadLog, fd: int, record: bytes, offset: int) -> None:
+    def torn_write(self: WriteAheadLog, fd: int, parts: Sequence[bytes], offset: int) -> None:
+        record = b"".join(parts)
         half = len(record) // 2
-        write(self, fd, record[:half], offset)
+        write(self, fd, (record[:half],), offset)
         time.sleep(0.0005)
-        write(self, fd, record[half:], offset + half)
+        write(self, fd, (record[half:],), offset + half)
 
     def slow_finish(self: FileStorage, *args: object) -> None:
         time.sleep(0.001)
@@ -110,7 +111,7 @@ class SyncThreadCommits:
         pending = store.begin(transactions)
         write = pending.write
         if write is not None and write.in_place:
-            self.thread.write(write.fd, write.offset, write.record)
+            self.thread.write(write.fd, write.offset, write.parts)
             select.select([self.notified], [], [])
             os.read(self.notified, 64)
             error = self.thread.result()

@@ -3,12 +3,15 @@ once, and a transaction over both stores is all or none."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from structlog.testing import capture_logs
 
 from wiremq.stores import messagestore
 from wiremq.stores.errors import StoreError, StoreOpenError
 from wiremq.stores.messagestore import WalStore
+from wiremq.stores.model import BODY_PIECE_BYTES
 
 from .facade_durable_tests import acked, replayed, subscribe
 from .store_fixtures import WalStores, commit, message, send, stored_ids
@@ -123,6 +126,28 @@ class FacadeReopenTests:
         store = wal.restart()
         assert stored_ids(store) == [f"m{i}" for i in range(1, 10, 2)]
         assert store.count("/queue/a")[0] == 5 and stored_ids(store, T) == ["t"]
+
+    def test_large_bodies_survive_the_catch_up_a_crash_and_a_pack(self, wal: WalStores) -> None:
+        """Bodies kept out of band (in the log record, and in pieces in the database)."""
+        store = wal.open()
+        subscribe(store, ("c1", "s1"))
+        bodies = [os.urandom(BODY_PIECE_BYTES + i) for i in range(3)]
+        seqs = send(store, message("l0", body=bodies[0]), message("gone", body=bodies[1]))
+        send(store, message("t", T, body=bodies[2]))
+        store.catch_up(1.0)
+        commit(store, removals=(("/queue/a", seqs[1]),))  # type: ignore[arg-type]
+        send(store, message("l1", body=bodies[1]))
+        store = wal.crash()  # l1 is replayed from the log
+        store.catch_up(1.0)
+        store.pack()
+        store = wal.restart()
+        batch = store.read("/queue/a", now_ms=0, after_seq=0, limit=10, max_bytes=1 << 30)
+        assert [(m.message_id, m.body) for _, m in batch.messages] == [
+            ("l0", bodies[0]),
+            ("l1", bodies[1]),
+        ]
+        topic = store.read(T, now_ms=0, after_seq=0, limit=10, max_bytes=1 << 30)
+        assert [m.body for _, m in topic.messages] == [bodies[2]]
 
     def test_a_store_in_an_older_layout_is_refused_with_a_clear_error(self, wal: WalStores) -> None:
         store = wal.open()

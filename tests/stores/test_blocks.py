@@ -10,7 +10,16 @@ from structlog.testing import capture_logs
 from ZODB.FileStorage import FileStorage
 
 from tests.defaults import location
-from wiremq.stores.model import BLOCK_BYTES, BLOCK_MESSAGES, BLOCK_SPAN, runs_at
+from wiremq.stores.bodies import OUT_OF_BAND_FROM
+from wiremq.stores.logstore import open_session
+from wiremq.stores.model import (
+    BLOCK_BYTES,
+    BLOCK_MESSAGES,
+    BLOCK_SPAN,
+    BODY_PIECE_BYTES,
+    LogSet,
+    runs_at,
+)
 from wiremq.stores.storage import open_database
 
 from .store_fixtures import database_append, database_remove, message, queue_ids, recovery_events
@@ -48,6 +57,39 @@ def test_an_append_writes_the_same_few_records_for_one_message_or_forty(
     database_append(db, [message(f"m{i}") for i in range(40)])
     db.close()
     assert records_in_last_transaction(path) == one <= 5  # index bucket, block, content, log
+
+
+def test_a_large_body_is_kept_beside_its_blocks_pickle_in_pieces_and_read_back_whole(
+    tmp_path: Path,
+) -> None:
+    """A body from OUT_OF_BAND_FROM on is not pickled into the block's content but kept
+    beside it in pieces of BODY_PIECE_BYTES, each a record (ZODB's pickler holds a record
+    twice while it writes it); smaller ones are in the pickle. Read back, each piece is let
+    go of once copied."""
+    path = tmp_path / "Data.fs"
+    large = os.urandom(2 * BODY_PIECE_BYTES + 10)
+    small = os.urandom(OUT_OF_BAND_FROM - 1)
+    db = open_database(location(path.as_uri()))
+    database_append(db, [message("large", body=large), message("small", body=small)])
+    db.close()
+    db = open_database(location(path.as_uri()))
+    session = open_session(db, "persqueue", LogSet)
+    try:
+        with session.read() as logs:
+            large_block, small_block = logs.logs["/queue/a"].blocks.values()
+            (pieces,) = large_block.content.bodies
+            assert small_block.content.bodies == ()
+            assert len(large_block.content.data) < 1000 < len(small) < len(small_block.content.data)
+            messages = [m for block in (large_block, small_block) for _, m in block.live()]
+            assert [(m.message_id, m.body) for m in messages] == [
+                ("large", large),
+                ("small", small),
+            ]
+            assert [piece._p_status for piece in pieces] == ["ghost"] * 3
+            assert [len(piece.data) for piece in pieces] == [BODY_PIECE_BYTES] * 2 + [10]
+    finally:
+        session.close()
+        db.close()
 
 
 def test_a_torn_removal_loses_no_message_and_names_none(tmp_path: Path) -> None:

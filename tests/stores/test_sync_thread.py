@@ -41,14 +41,50 @@ def test_a_write_lands_at_its_offset_and_is_reported_once_synced(
     fd = os.open(path, os.O_RDWR)
     thread = SyncThread(notify[1])
     try:
-        thread.write(fd, 10, b"record")
+        thread.write(fd, 10, (b"record",))
         assert wait_for(thread, notify[0]) == 0
-        thread.write(fd, 16, memoryview(b"--next"))
+        thread.write(fd, 16, [memoryview(b"--next")])
         assert wait_for(thread, notify[0]) == 0
     finally:
         thread.close()
         os.close(fd)
     assert path.read_bytes() == bytes(10) + b"record--next" + bytes(42)
+
+
+def test_a_write_in_parts_lands_as_one_run_of_bytes(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    """More parts than one gather write takes (IOV_MAX, 1024), empty ones among them, and
+    a part larger than the rest together."""
+    parts = [b"%d," % i for i in range(3000)]
+    parts[7] = b""
+    parts[2000] = os.urandom(3 << 20)
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(8))
+    fd = os.open(path, os.O_RDWR)
+    thread = SyncThread(notify[1])
+    try:
+        thread.write(fd, 4, parts)
+        assert wait_for(thread, notify[0]) == 0
+    finally:
+        thread.close()
+        os.close(fd)
+    assert path.read_bytes() == bytes(4) + b"".join(parts)
+
+
+def test_parts_that_are_not_bytes_are_refused_before_anything_is_handed_over(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    thread = SyncThread(notify[1])
+    try:
+        with pytest.raises(TypeError):
+            thread.write(fd, 0, (b"first", "second"))
+        with pytest.raises(RuntimeError, match="no write is in hand"):
+            thread.result()
+    finally:
+        thread.close()
+        os.close(fd)
 
 
 def test_a_failed_write_reports_the_kernels_errno(tmp_path: Path, notify: tuple[int, int]) -> None:
@@ -57,7 +93,7 @@ def test_a_failed_write_reports_the_kernels_errno(tmp_path: Path, notify: tuple[
     read_only = os.open(path, os.O_RDONLY)
     thread = SyncThread(notify[1])
     try:
-        thread.write(read_only, 0, b"record")
+        thread.write(read_only, 0, (b"record",))
         assert wait_for(thread, notify[0]) == errno_of(read_only)
     finally:
         thread.close()
@@ -79,12 +115,12 @@ def test_one_write_at_a_time_and_none_after_close(tmp_path: Path, notify: tuple[
     try:
         with pytest.raises(RuntimeError, match="no write is in hand"):
             thread.result()
-        thread.write(fd, 0, b"first")
+        thread.write(fd, 0, (b"first",))
         with pytest.raises(RuntimeError, match="in hand already"):
-            thread.write(fd, 5, b"second")
+            thread.write(fd, 5, (b"second",))
         thread.close()  # finishes the write in hand before the thread ends
         with pytest.raises(RuntimeError, match="closed"):
-            thread.write(fd, 5, b"third")
+            thread.write(fd, 5, (b"third",))
         thread.close()
     finally:
         os.close(fd)
