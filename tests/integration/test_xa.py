@@ -246,14 +246,23 @@ def test_a_durable_subscribers_acknowledgement_in_a_prepared_branch(server, reso
     again.close()
 
 
-def test_a_queue_message_acknowledged_in_a_rolled_back_branch_comes_back(server, resources):
-    fill(server.port, "/queue/xa-np", ["volatile"])
+def _acknowledged_in_prepared_branch(
+    server, resources, queue: str, body: str, xid: str, **headers: str
+) -> XAResource:
+    """A worker that received ``queue``'s one message and acknowledged it in branch
+    ``xid``, now prepared."""
+    fill(server.port, queue, [body], **headers)
     worker = resources()
-    worker.connection.subscribe("/queue/xa-np", id="w", ack="client-individual")
+    worker.connection.subscribe(queue, id="w", ack="client-individual")
     assert worker.wait(lambda: len(worker.messages) == 1)
-    worker.start("np")
-    worker.connection.ack(worker.messages[0].headers["ack"], transaction="np")
-    worker.prepare("np")
+    worker.start(xid)
+    worker.connection.ack(worker.messages[0].headers["ack"], transaction=xid)
+    worker.prepare(xid)
+    return worker
+
+
+def test_a_queue_message_acknowledged_in_a_rolled_back_branch_comes_back(server, resources):
+    worker = _acknowledged_in_prepared_branch(server, resources, "/queue/xa-np", "volatile", "np")
     worker.rollback("np")
     assert worker.wait(lambda: len(worker.messages) == 2)
     assert worker.messages[1].body == "volatile"
@@ -263,13 +272,9 @@ def test_a_queue_message_acknowledged_in_a_rolled_back_branch_comes_back(server,
 def test_a_message_given_back_by_a_rolled_back_prepared_branch_is_received_once(
     server, resources, reactor
 ):
-    fill(server.port, "/queue/xa-story", ["taken"], persistent="true")
-    worker = resources()
-    worker.connection.subscribe("/queue/xa-story", id="w", ack="client-individual")
-    assert worker.wait(lambda: len(worker.messages) == 1)
-    worker.start("x-story")
-    worker.connection.ack(worker.messages[0].headers["ack"], transaction="x-story")
-    worker.prepare("x-story")
+    worker = _acknowledged_in_prepared_branch(
+        server, resources, "/queue/xa-story", "taken", "x-story", persistent="true"
+    )
     resources().rollback("x-story")
     assert worker.wait(lambda: len(worker.messages) == 2)
     message_id = worker.messages[1].headers["message-id"]
