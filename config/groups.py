@@ -135,6 +135,7 @@ class WalSettings(SettingsGroup):
     catchupsize: int
     catchupinterval: float
     catchuptime: float
+    syncpoll: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -403,6 +403,19 @@ PARAMETERS += [
         maximum=60.0,
         live=True,
     ),
+    Parameter(
+        "WriteAheadLog",
+        "syncpoll",
+        float,
+        0.0003,
+        "Longest time the event loop, with nothing else to do, polls for work instead of "
+        "sleeping: from the start of a log sync (if the last one took no longer) and "
+        "from the end of one, for its producers' next requests (0: it always sleeps)",
+        unit="s",
+        minimum=0.0,
+        maximum=0.01,
+        live=True,
+    ),
 ]
 
 PARAMETERS += [

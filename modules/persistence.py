@@ -88,6 +88,7 @@ class StoreWriter:
         work, self._waiting = self._waiting, []
         self._running = True
         store = self.store
+        self.log.prepare()  # the sync thread wakes while the record is made
         try:
             pending = store.begin([t for t, _, _ in work])
         except StoreError as error:

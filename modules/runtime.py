@@ -52,6 +52,10 @@ class LogWriter(Protocol):
     ) -> None:
         """Write ``parts`` one after the other at ``offset`` of ``fd`` and sync it."""
 
+    def prepare(self) -> None:
+        """A write is about to come (its record is being made): the thread may get ready
+        for it meanwhile."""
+
 
 class Runtime(Protocol):
     """Timers and the wall clock."""

@@ -25,6 +25,7 @@ from wiremq.config.groups import (
     ServerSettings,
     SlowSubscriberSettings,
     TlsSettings,
+    WalSettings,
     WebSocketSettings,
 )
 from wiremq.config.xmlconfig import ServerConfig
@@ -70,7 +71,9 @@ class WiremqServer:
         self.settings = settings = config.settings
         self.clock: Callable[[], float] = time.monotonic
         self.outbox = Outbox()
-        self.runtime = TwistedRuntime(reactor, self.outbox)
+        self.runtime = TwistedRuntime(
+            reactor, self.outbox, WalSettings.read(settings, "WriteAheadLog").syncpoll
+        )
         self.connections: set[StompProtocol] = set()
         self.listening: dict[str, IListeningPort] = {}  # by scheme: stomp, stomp+ssl, ws, wss
         self.listeners: list[IListeningPort] = []  # others (the console): closed at stop
@@ -95,6 +98,8 @@ class WiremqServer:
         if "Server" in groups:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
+        if "WriteAheadLog" in groups:
+            self.runtime.sync_poll = WalSettings.read(self.settings, "WriteAheadLog").syncpoll
         for cleanup in self.cleanups:
             cleanup.interval_changed()
 

@@ -23,6 +23,7 @@ from zope.interface import implementer
 
 from wiremq.modules.egress import Outbox
 from wiremq.server._syncthread import SyncThread
+from wiremq.server.syncpoll import SyncPoller
 
 log = structlog.get_logger("wiremq.server")
 
@@ -120,7 +121,8 @@ class SyncThreadLogWriter:
     lock and reports through a pipe the reactor watches: a commit costs the
     event loop no hand-over of the lock and no turn through Twisted's thread
     queue (measured: see docs/architecture.md, "Speed"). Writes wait here and go
-    to the thread one at a time, in order.
+    to the thread one at a time, in order. Around each one an idle event loop
+    polls for a while instead of sleeping (``syncpoll``).
     """
 
     def __init__(self, runtime: TwistedRuntime) -> None:
@@ -135,7 +137,13 @@ class SyncThreadLogWriter:
         self._waiting = deque()
         self._in_hand: tuple[Callable[[], None], Callable[[OSError], None]] | None = None
         self._drains: list[defer.Deferred[None]] = []
+        self._handed_at = 0.0  # time.perf_counter() when the write in hand was handed over
+        self._finished_at = 0.0  # when the last write was reported
+        self._last_sync = 0.0  # how long it took, in seconds
         runtime.reactor.addReader(self)
+        self._poller = SyncPoller.install(runtime.reactor)
+        if self._poller is not None:
+            self._poller.writers.add(self)
 
     def write(
         self,
@@ -153,6 +161,24 @@ class SyncThreadLogWriter:
         fd, offset, parts, done, failed = self._waiting.popleft()
         self._thread.write(fd, offset, parts)
         self._in_hand = (done, failed)
+        self._handed_at = time.perf_counter()
+
+    def prepare(self) -> None:
+        """Wake the idle thread now, so that it waits for the write by polling (for up
+        to ``sync_poll``) while the record is made: the write then finds it awake."""
+        if self._in_hand is None and self.runtime.sync_poll:
+            self._thread.prepare(self.runtime.sync_poll)
+
+    def poll_until(self) -> float | None:
+        """Until when the event loop polls rather than sleeps (``syncpoll``): the runtime's
+        ``sync_poll`` past the write in hand's start (if the last write took no longer), or
+        past the last write's end (its producer's next request comes soon); None: never."""
+        limit = self.runtime.sync_poll
+        if not limit:
+            return None
+        if self._in_hand is None:
+            return self._finished_at + limit
+        return self._handed_at + limit if self._last_sync <= limit else None
 
     def doRead(self) -> None:
         """The thread finished a write: report it (and hand it the next one first)."""
@@ -164,6 +190,8 @@ class SyncThreadLogWriter:
             return
         done, failed = self._in_hand
         self._in_hand = None
+        self._finished_at = time.perf_counter()
+        self._last_sync = self._finished_at - self._handed_at
         if self._waiting:
             self._hand_over()
         try:
@@ -200,6 +228,8 @@ class SyncThreadLogWriter:
     def stop(self) -> None:
         """Finish the write in hand (unreported) and end the thread."""
         self.runtime.reactor.removeReader(self)
+        if self._poller is not None:
+            self._poller.writers.discard(self)
         self._thread.close()
         os.close(self._notified)
         os.close(self._notify)
@@ -212,9 +242,12 @@ class TwistedRuntime:
     that asks for another while they run gets it in the same run, not a turn later (the
     group commit closes its batch that way once a read is handled)."""
 
-    def __init__(self, reactor: Any, outbox: Outbox) -> None:
+    def __init__(self, reactor: Any, outbox: Outbox, sync_poll: float = 0.0) -> None:
+        """``sync_poll``: how long the event loop may poll instead of sleeping around the
+        log's syncs (``WriteAheadLog.syncpoll``; ``syncpoll.SyncPoller``), changeable."""
         self.reactor = reactor
         self.outbox = outbox
+        self.sync_poll = sync_poll
         self.workers: dict[str, ThreadWorker] = {}
         self._soon: deque[Callable[[], None]] = deque()
         self._log_writer: SyncThreadLogWriter | None = None

@@ -67,6 +67,12 @@ class FakeLogWriter(FakeWorker):
     ) -> None:
         self.submit(lambda: _write_and_sync(fd, offset, parts), lambda _: done(), failed)  # type: ignore[arg-type]
 
+    prepared = 0  # times a write was announced
+
+    def prepare(self) -> None:
+        """Counted only: ``run`` does the writes."""
+        self.prepared += 1
+
 
 def _write_and_sync(fd: int, offset: int, parts: Sequence[bytes]) -> None:
     os.pwritev(fd, parts, offset)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import select
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,76 @@ def test_one_write_at_a_time_and_none_after_close(tmp_path: Path, notify: tuple[
     finally:
         os.close(fd)
     assert (tmp_path / "segment").read_bytes() == b"first"
+
+
+def _tasks() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _cpu_seconds(task: str) -> float:
+    """User and system time of one of this process's threads, from the kernel."""
+    fields = Path(f"/proc/self/task/{task}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_after(prepare: float, write_after: float | None, fd: int, notify: int) -> float:
+    """CPU seconds the sync thread spends over 0.4 s after ``prepare`` (and a write
+    handed over ``write_after`` seconds later, if any)."""
+    before = _tasks()
+    thread = SyncThread(notify)
+    try:
+        (task,) = _tasks() - before
+        time.sleep(0.05)  # the thread is asleep in its wait
+        started = _cpu_seconds(task)
+        thread.prepare(prepare)
+        if write_after is not None:
+            time.sleep(write_after)
+            thread.write(fd, 0, (b"prepared",))
+        time.sleep(0.4 - (write_after or 0.0))
+        return _cpu_seconds(task) - started
+    finally:
+        thread.close()
+
+
+def test_prepare_wakes_the_thread_to_poll_for_the_write_until_it_comes(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    """``prepare`` makes the thread poll (it spends CPU) for up to its time, and the
+    write, when it comes, ends the polling and is written as any other."""
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        polled = _thread_cpu_after(0.2, None, fd, notify[1])
+        ended = _thread_cpu_after(5.0, 0.02, fd, notify[1])
+        assert wait_for_result_of_closed(notify[0])
+    finally:
+        os.close(fd)
+    assert polled > 0.1, f"the thread did not poll: {polled:.3f} s of CPU in 0.4 s"
+    assert ended < 0.15, f"the write did not end the polling: {ended:.3f} s of CPU"
+    assert path.read_bytes() == b"prepared" + bytes(8)
+
+
+def wait_for_result_of_closed(notified: int) -> bool:
+    """Whether the thread reported a write before it was closed."""
+    return bool(select.select([notified], [], [], 0)[0])
+
+
+def test_prepare_is_harmless_while_a_write_is_in_hand_or_once_closed(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    thread = SyncThread(notify[1])
+    try:
+        thread.write(fd, 0, (b"first",))
+        thread.prepare(1.0)  # busy: the next write waits for this one anyway
+        assert wait_for(thread, notify[0]) == 0
+        thread.prepare(0.001)  # no write comes: the thread goes back to sleep
+        time.sleep(0.01)
+        thread.write(fd, 5, (b"second",))
+        assert wait_for(thread, notify[0]) == 0
+        thread.close()
+        thread.prepare(1.0)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "segment").read_bytes() == b"firstsecond"

@@ -67,10 +67,12 @@ def test_a_commit_is_decided_at_once_and_reported_once_the_log_writer_synced_it(
     outcomes.commit(writer, append(b"c"))
     log = runtime.workers["log"]
     assert len(log.calls) == 1 and not outcomes.done
+    assert log.prepared == 1  # the sync thread was told before the record was made
     assert store.count("/queue/q") == (0, 0)  # not durable: not published
     log.run()  # the first write, then the other two in one record
     assert [r.positions for r in outcomes.done] == [(1,), (2,), (3,)]
     assert writer.commits == 2 and store.count("/queue/q") == (3, 3)
+    assert log.prepared == 2
     assert not runtime.workers["writer"].calls
 
 

@@ -1,0 +1,92 @@
+"""The event loop polls, instead of sleeping, around the write-ahead log's syncs.
+
+A producer that waits for the RECEIPT of every persistent SEND leaves the event
+loop nothing to do while its record syncs, and again while the producer turns
+the RECEIPT into its next SEND: the loop sleeps in epoll twice a message, and
+is woken twice (by the sync thread's notification, by the next SEND). Waking a
+sleeping thread is the dearest step of that cycle on a virtual machine (45 µs
+of a 400 µs cycle, each time, on the 2-vCPU machine of docs/architecture.md,
+"Persistent messages"): the waker's write, an interrupt to an idle virtual CPU,
+the host scheduling it again. So when the loop would sleep within
+``Runtime.sync_poll`` seconds of handing a record to the sync thread (if the
+last sync took no longer) or of a sync's end, it polls epoll without waiting
+until an event comes or that time is up, and only then sleeps; each poll lets
+go of the interpreter lock, so the other threads go on. It is the guest-side
+halt polling a kernel may do (Linux's haltpoll), done by the one thread that
+knows when it is worth it. (The sync thread, woken early by
+``LogWriter.prepare``, polls for its write the same way.) A busy loop finds
+events at once and never polls for long; an idle one polls at most
+``sync_poll`` after its last sync. 0 switches it off.
+
+Installed in place of the epoll object of Twisted's epoll reactor (its
+``_poller``; a test fails if that changes), once per reactor, whichever
+servers share it: each server's log writer joins while it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class SyncingWriter(Protocol):
+    """What the poller asks a log writer."""
+
+    def poll_until(self) -> float | None:
+        """Until when (``time.perf_counter``) to poll for its sync, or None: do not."""
+
+
+class SyncPoller:
+    """Stands in for the reactor's epoll object; see the module docstring."""
+
+    def __init__(self, epoll: Any) -> None:
+        self.epoll = epoll
+        self.writers: set[SyncingWriter] = set()
+
+    @classmethod
+    def install(cls, reactor: Any) -> SyncPoller | None:
+        """The poller of ``reactor``, put in place on first use; None for a reactor that
+        is not Twisted's epoll reactor (the loop then always sleeps)."""
+        from twisted.internet.epollreactor import EPollReactor
+
+        if not isinstance(reactor, EPollReactor):
+            return None
+        poller = reactor._poller  # type: ignore[attr-defined]
+        if not isinstance(poller, cls):
+            poller = reactor._poller = cls(poller)  # type: ignore[attr-defined]
+        return poller
+
+    def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
+        """epoll's ``poll``: polls without waiting first while a sync is in hand."""
+        poll = self.epoll.poll
+        if timeout == 0 or not self.writers:
+            return poll(timeout, maxevents)
+        until = max((u for w in self.writers if (u := w.poll_until()) is not None), default=None)
+        if until is None:
+            return poll(timeout, maxevents)
+        clock = time.perf_counter
+        now = clock()
+        deadline = now + timeout if timeout > 0 else None
+        if deadline is not None and deadline < until:
+            until = deadline
+        while now < until:
+            events = poll(0, maxevents)
+            if events:
+                return events
+            now = clock()
+        return poll(-1 if deadline is None else max(0.0, deadline - now), maxevents)
+
+    def register(self, fd: int, eventmask: int) -> None:
+        self.epoll.register(fd, eventmask)
+
+    def modify(self, fd: int, eventmask: int) -> None:
+        self.epoll.modify(fd, eventmask)
+
+    def unregister(self, fd: int) -> None:
+        self.epoll.unregister(fd)
+
+    def fileno(self) -> int:
+        return int(self.epoll.fileno())
+
+    def close(self) -> None:
+        self.epoll.close()
