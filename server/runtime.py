@@ -138,12 +138,9 @@ class SyncThreadLogWriter:
         self._in_hand: tuple[Callable[[], None], Callable[[OSError], None]] | None = None
         self._drains: list[defer.Deferred[None]] = []
         self._handed_at = 0.0  # time.perf_counter() when the write in hand was handed over
-        self._finished_at = 0.0  # when the last write was reported
-        self._last_sync = 0.0  # how long it took, in seconds
+        self._last_sync = 0.0  # how long the last write took, in seconds
         runtime.reactor.addReader(self)
         self._poller = SyncPoller.install(runtime.reactor)
-        if self._poller is not None:
-            self._poller.writers.add(self)
 
     def write(
         self,
@@ -162,23 +159,20 @@ class SyncThreadLogWriter:
         self._thread.write(fd, offset, parts)
         self._in_hand = (done, failed)
         self._handed_at = time.perf_counter()
+        if self._last_sync <= self.runtime.sync_poll:  # a slower disk: polling is no use
+            self._poll_from(self._handed_at)  # for the sync's end
+
+    def _poll_from(self, start: float) -> None:
+        """Have the event loop poll rather than sleep for ``sync_poll`` past ``start``."""
+        limit = self.runtime.sync_poll
+        if self._poller is not None and limit:
+            self._poller.poll_until(start + limit)
 
     def prepare(self) -> None:
         """Wake the idle thread now, so that it waits for the write by polling (for up
         to ``sync_poll``) while the record is made: the write then finds it awake."""
         if self._in_hand is None and self.runtime.sync_poll:
             self._thread.prepare(self.runtime.sync_poll)
-
-    def poll_until(self) -> float | None:
-        """Until when the event loop polls rather than sleeps (``syncpoll``): the runtime's
-        ``sync_poll`` past the write in hand's start (if the last write took no longer), or
-        past the last write's end (its producer's next request comes soon); None: never."""
-        limit = self.runtime.sync_poll
-        if not limit:
-            return None
-        if self._in_hand is None:
-            return self._finished_at + limit
-        return self._handed_at + limit if self._last_sync <= limit else None
 
     def doRead(self) -> None:
         """The thread finished a write: report it (and hand it the next one first)."""
@@ -190,8 +184,9 @@ class SyncThreadLogWriter:
             return
         done, failed = self._in_hand
         self._in_hand = None
-        self._finished_at = time.perf_counter()
-        self._last_sync = self._finished_at - self._handed_at
+        finished = time.perf_counter()
+        self._last_sync = finished - self._handed_at
+        self._poll_from(finished)  # for its producers' next requests
         if self._waiting:
             self._hand_over()
         try:
@@ -228,8 +223,6 @@ class SyncThreadLogWriter:
     def stop(self) -> None:
         """Finish the write in hand (unreported) and end the thread."""
         self.runtime.reactor.removeReader(self)
-        if self._poller is not None:
-            self._poller.writers.discard(self)
         self._thread.close()
         os.close(self._notified)
         os.close(self._notify)

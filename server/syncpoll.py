@@ -20,20 +20,15 @@ events at once and never polls for long; an idle one polls at most
 
 Installed in place of the epoll object of Twisted's epoll reactor (its
 ``_poller``; a test fails if that changes), once per reactor, whichever
-servers share it: each server's log writer joins while it runs.
+servers share it: each server's log writer tells it how long to poll as it
+hands a record over and as a sync ends, and a turn of the loop outside that
+time costs one comparison.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
-
-
-class SyncingWriter(Protocol):
-    """What the poller asks a log writer."""
-
-    def poll_until(self) -> float | None:
-        """Until when (``time.perf_counter``) to poll for its sync, or None: do not."""
+from typing import Any
 
 
 class SyncPoller:
@@ -41,7 +36,7 @@ class SyncPoller:
 
     def __init__(self, epoll: Any) -> None:
         self.epoll = epoll
-        self.writers: set[SyncingWriter] = set()
+        self.until = 0.0  # time.perf_counter() up to which the loop polls rather than sleeps
 
     @classmethod
     def install(cls, reactor: Any) -> SyncPoller | None:
@@ -56,16 +51,23 @@ class SyncPoller:
             poller = reactor._poller = cls(poller)  # type: ignore[attr-defined]
         return poller
 
+    def poll_until(self, until: float) -> None:
+        """Poll rather than sleep up to ``until`` (``time.perf_counter``) at least: told by
+        a log writer as it hands a record over and as a sync ends."""
+        if until > self.until:
+            self.until = until
+
     def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
-        """epoll's ``poll``: polls without waiting first while a sync is in hand."""
+        """epoll's ``poll``: within the polling time, polls without waiting first."""
         poll = self.epoll.poll
-        if timeout == 0 or not self.writers:
-            return poll(timeout, maxevents)
-        until = max((u for w in self.writers if (u := w.poll_until()) is not None), default=None)
-        if until is None:
+        until = self.until
+        if timeout == 0 or not until:
             return poll(timeout, maxevents)
         clock = time.perf_counter
         now = clock()
+        if now >= until:
+            self.until = 0.0  # the next turns need not look at the clock
+            return poll(timeout, maxevents)
         deadline = now + timeout if timeout > 0 else None
         if deadline is not None and deadline < until:
             until = deadline

@@ -35,16 +35,6 @@ class RecordingEpoll:
         return self.epoll.poll(timeout, maxevents)
 
 
-class Window:
-    """A log writer as the poller sees it: polling wanted until ``until``."""
-
-    def __init__(self, until: float | None) -> None:
-        self.until = until
-
-    def poll_until(self) -> float | None:
-        return self.until
-
-
 @pytest.fixture
 def pipe_poller() -> Iterator[tuple[SyncPoller, RecordingEpoll, int, int]]:
     epoll = RecordingEpoll()
@@ -58,7 +48,8 @@ def pipe_poller() -> Iterator[tuple[SyncPoller, RecordingEpoll, int, int]]:
 
 def test_within_a_window_an_event_is_found_by_polling_without_sleeping(pipe_poller) -> None:
     poller, epoll, readable, writable = pipe_poller
-    poller.writers.add(Window(time.perf_counter() + 5.0))
+    poller.poll_until(time.perf_counter() + 5.0)
+    poller.poll_until(time.perf_counter())  # an earlier time does not shorten it
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     events = poller.poll(-1, 10)
     assert events == [(readable, select.EPOLLIN)]
@@ -67,16 +58,18 @@ def test_within_a_window_an_event_is_found_by_polling_without_sleeping(pipe_poll
 
 def test_with_no_window_the_loop_sleeps_at_once(pipe_poller) -> None:
     poller, epoll, _, writable = pipe_poller
-    poller.writers.add(Window(None))
-    poller.writers.add(Window(time.perf_counter() - 1.0))  # a window that has passed
+    threading.Timer(0.05, os.write, (writable, b"x")).start()
+    assert poller.poll(2.0, 10)  # never told to poll
+    os.read(poller.epoll.epoll.poll(0)[0][0], 1)
+    poller.poll_until(time.perf_counter() - 1.0)  # a time that has passed
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     assert poller.poll(2.0, 10)
-    assert len(epoll.timeouts) == 1 and 1.9 < epoll.timeouts[0] <= 2.0
+    assert len(epoll.timeouts) == 2 and all(1.9 < t <= 2.0 for t in epoll.timeouts)
 
 
 def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.writers.add(Window(time.perf_counter() + 0.05))
+    poller.poll_until(time.perf_counter() + 0.05)
     started = time.perf_counter()
     assert poller.poll(0.3, 10) == []
     took = time.perf_counter() - started
@@ -86,7 +79,7 @@ def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> No
 
 def test_a_timeout_shorter_than_the_window_is_kept(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.writers.add(Window(time.perf_counter() + 5.0))
+    poller.poll_until(time.perf_counter() + 5.0)
     started = time.perf_counter()
     assert poller.poll(0.05, 10) == []
     assert time.perf_counter() - started < 1.0
@@ -95,7 +88,7 @@ def test_a_timeout_shorter_than_the_window_is_kept(pipe_poller) -> None:
 
 def test_a_poll_asked_not_to_wait_is_passed_on_once(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.writers.add(Window(time.perf_counter() + 5.0))
+    poller.poll_until(time.perf_counter() + 5.0)
     assert poller.poll(0, 10) == []
     assert epoll.timeouts == [0]
 
@@ -115,60 +108,68 @@ def _segment(tmp_path: Path) -> int:
     return os.open(path, os.O_RDWR)
 
 
-def test_the_log_writers_window_follows_its_writes(reactor: Any, tmp_path: Path) -> None:
+def test_the_log_writer_has_the_loop_poll_from_each_hand_over_and_sync_end(
+    reactor: Any, tmp_path: Path
+) -> None:
     fd = _segment(tmp_path)
     runtime = TwistedRuntime(reactor, Outbox(), sync_poll=0.25)
     seen: dict[str, Any] = {}
 
     def write_one() -> defer.Deferred[None]:
         writer = runtime.log_writer()
-        seen["poller"] = reactor._poller  # noqa: SLF001
-        seen["joined"] = writer in reactor._poller.writers  # noqa: SLF001
+        poller = seen["poller"] = reactor._poller  # noqa: SLF001
         before = time.perf_counter()
-        writer.write(fd, 0, (b"one",), lambda: seen.setdefault("after", time.perf_counter()), print)
-        seen["in hand"] = (before, writer.poll_until(), time.perf_counter())
+        writer.write(fd, 0, (b"one",), lambda: seen.setdefault("ended", time.perf_counter()), print)
+        seen["handed"] = (before, poller.until, time.perf_counter())
         return writer.drained()
 
-    def window() -> float | None:
-        return runtime.log_writer().poll_until()
+    def write_switched_off() -> defer.Deferred[None]:
+        runtime.sync_poll = 0.0
+        writer = runtime.log_writer()
+        seen["before"] = seen["poller"].until
+        writer.write(fd, 0, (b"two",), lambda: None, print)
+        return writer.drained()
 
     try:
         call_in_reactor(reactor, write_one)
-        seen["window after"] = call_in_reactor(reactor, window)
-        runtime.sync_poll = 0.0
-        seen["switched off"] = call_in_reactor(reactor, window)
+        seen["after the end"] = seen["poller"].until
+        call_in_reactor(reactor, write_switched_off)
+        seen["switched off"] = seen["poller"].until
         call_in_reactor(reactor, runtime.stop_threads)
     finally:
         os.close(fd)
-    assert seen["joined"]
-    before, until, handed = seen["in hand"]
+    before, until, handed = seen["handed"]
     assert before + 0.25 <= until <= handed + 0.25  # from the hand-over
-    assert seen["after"] + 0.2 < seen["window after"] < seen["after"] + 0.25 + 0.01
-    assert seen["switched off"] is None
-    assert not seen["poller"].writers, "a stopped writer is still polled for"
+    ended = seen["ended"]  # the callback runs just after the end was noted
+    assert ended + 0.2 < seen["after the end"] <= ended + 0.25
+    assert seen["switched off"] == seen["before"]
 
 
-def test_a_sync_slower_than_the_window_stops_the_polling_for_the_next(
+def test_a_sync_slower_than_the_polling_time_is_not_polled_for_the_next(
     reactor: Any, tmp_path: Path
 ) -> None:
     fd = _segment(tmp_path)
     runtime = TwistedRuntime(reactor, Outbox(), sync_poll=1e-6)  # no sync is that fast
-    windows: list[float | None] = []
+    seen: list[tuple[float, float]] = []
 
-    def write(then: list[float | None]) -> defer.Deferred[None]:
+    def write() -> defer.Deferred[None]:
         writer = runtime.log_writer()
+        poller = reactor._poller  # noqa: SLF001
+        poller.until = 0.0
+        handed = time.perf_counter()
         writer.write(fd, 0, (b"x",), lambda: None, print)
-        then.append(writer.poll_until())
+        seen.append((handed, poller.until))
         return writer.drained()
 
     try:
-        call_in_reactor(reactor, write, windows)  # the first: no sync measured yet
-        call_in_reactor(reactor, write, windows)
+        call_in_reactor(reactor, write)  # the first: no sync measured yet
+        call_in_reactor(reactor, write)
         call_in_reactor(reactor, runtime.stop_threads)
     finally:
         os.close(fd)
-    assert windows[0] is not None
-    assert windows[1] is None
+    (first_handed, first), (_, second) = seen
+    assert first >= first_handed
+    assert second == 0.0
 
 
 def test_the_servers_window_is_the_parameter_and_changes_at_run_time(console) -> None:
