@@ -408,9 +408,10 @@ PARAMETERS += [
         "syncpoll",
         float,
         0.0003,
-        "Longest time the event loop, with nothing else to do, polls for work instead of "
-        "sleeping: from the start of a log sync (if the last one took no longer) and "
-        "from the end of one, for its producers' next requests (0: it always sleeps)",
+        "Longest time the event loop and the log's sync thread, with nothing else to do, "
+        "poll for work instead of sleeping: the loop from the start of a sync (if the "
+        "last one took no longer), both from its end, for the producers' next requests "
+        "(0: they always sleep)",
         unit="s",
         minimum=0.0,
         maximum=0.01,

@@ -1,8 +1,10 @@
 /* A thread that writes bytes into an open file and syncs them, never taking the GIL.
  *
  * SyncThread(notify_fd)
- *     .write(fd, offset, parts)  hand over one write: the parts, one after the other, at
- *                                offset of fd (one pwritev), then fdatasync
+ *     .write(fd, offset, parts, poll=0.0)
+ *                                hand over one write: the parts, one after the other, at
+ *                                offset of fd (one pwritev), then fdatasync; then poll
+ *                                for the next write for up to `poll` seconds
  *     .prepare(seconds)          a write is coming: wake the thread now, to wait for it
  *                                by polling for up to `seconds`
  *     .result() -> int | None    None while it runs; then 0 or the errno it failed with
@@ -19,11 +21,13 @@
  * server holds, not from a copy joined to the record's header (one gather
  * write).
  *
- * Waking the sleeping thread costs about 20 µs on a virtual machine; `prepare`,
- * called while the record is still being made, lets that overlap the making:
- * the thread wakes and polls for the write (a load and a pause a turn), so that
- * `write` finds it awake and its signal wakes nobody. A write that does not
- * come in time finds it asleep again, as without `prepare`.
+ * Waking the sleeping thread costs about 20 µs on a virtual machine, and its
+ * waker as much again. So the thread polls for the next write (a load and a
+ * pause a turn) for `poll` seconds after each write, and `write` finds it
+ * awake: a producer waiting for each receipt sends its next record within
+ * that time. Past it, `prepare`, called while a record is still being made,
+ * wakes the thread to poll for the write, so that its waking overlaps the
+ * making. A write that does not come in time finds the thread asleep again.
  *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
@@ -53,6 +57,7 @@ typedef struct {
     int handed;    /* a write was handed over and not yet taken up by the thread (also
                       read without the lock, atomically, by the thread's polling) */
     long long prepared_ns; /* `prepare` asked the thread to poll this long for a write */
+    long long poll_ns;     /* the write in hand's `poll`: how long to poll for the next */
     int finished;  /* the write in hand is done; `error` says how */
     int error;
     /* the write in hand: set by `write`, read by the thread, released by `result` */
@@ -168,6 +173,7 @@ run(void *arg)
         off_t offset = self->offset;
         struct iovec *iov = self->iov;
         Py_ssize_t count = self->count;
+        long long poll_ns = self->poll_ns;
         pthread_mutex_unlock(&self->lock);
         int error = write_and_sync(fd, iov, count, offset);
         pthread_mutex_lock(&self->lock);
@@ -175,6 +181,9 @@ run(void *arg)
         self->finished = 1;
         pthread_mutex_unlock(&self->lock);
         notify(self->notify_fd);
+        if (poll_ns > 0) {
+            poll_for_write(self, poll_ns);
+        }
         pthread_mutex_lock(&self->lock);
     }
     pthread_mutex_unlock(&self->lock);
@@ -233,7 +242,8 @@ SyncThread_write(SyncThread *self, PyObject *args)
     int fd;
     long long offset;
     PyObject *sequence;
-    if (!PyArg_ParseTuple(args, "iLO", &fd, &offset, &sequence)) {
+    double poll = 0.0;
+    if (!PyArg_ParseTuple(args, "iLO|d", &fd, &offset, &sequence, &poll)) {
         return NULL;
     }
     if (!self->started || self->stopping) {
@@ -277,6 +287,7 @@ SyncThread_write(SyncThread *self, PyObject *args)
     self->count = count;
     self->parts = parts;
     self->iov = iov;
+    self->poll_ns = poll > 0 ? (long long)(poll * 1e9) : 0;
     self->in_hand = 1;
     self->finished = 0;
     __atomic_store_n(&self->handed, 1, __ATOMIC_RELEASE);
@@ -354,8 +365,8 @@ SyncThread_dealloc(SyncThread *self)
 
 static PyMethodDef SyncThread_methods[] = {
     {"write", (PyCFunction)SyncThread_write, METH_VARARGS,
-     "write(fd, offset, parts): write the parts one after the other at offset of fd and "
-     "fdatasync it, on the thread"},
+     "write(fd, offset, parts, poll=0.0): write the parts one after the other at offset "
+     "of fd and fdatasync it, on the thread; then poll for the next write that long"},
     {"prepare", (PyCFunction)SyncThread_prepare, METH_VARARGS,
      "prepare(seconds): a write is coming; wake the thread to poll for it that long"},
     {"result", (PyCFunction)SyncThread_result, METH_NOARGS,

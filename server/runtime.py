@@ -156,7 +156,7 @@ class SyncThreadLogWriter:
 
     def _hand_over(self) -> None:
         fd, offset, parts, done, failed = self._waiting.popleft()
-        self._thread.write(fd, offset, parts)
+        self._thread.write(fd, offset, parts, self.runtime.sync_poll)
         self._in_hand = (done, failed)
         self._handed_at = time.perf_counter()
         if self._last_sync <= self.runtime.sync_poll:  # a slower disk: polling is no use
@@ -169,8 +169,9 @@ class SyncThreadLogWriter:
             self._poller.poll_until(start + limit)
 
     def prepare(self) -> None:
-        """Wake the idle thread now, so that it waits for the write by polling (for up
-        to ``sync_poll``) while the record is made: the write then finds it awake."""
+        """Wake the idle thread now (unless it still polls after its last write), so that
+        it waits for the write by polling (for up to ``sync_poll``) while the record is
+        made: the write then finds it awake."""
         if self._in_hand is None and self.runtime.sync_poll:
             self._thread.prepare(self.runtime.sync_poll)
 

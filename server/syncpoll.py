@@ -13,10 +13,10 @@ last sync took no longer) or of a sync's end, it polls epoll without waiting
 until an event comes or that time is up, and only then sleeps; each poll lets
 go of the interpreter lock, so the other threads go on. It is the guest-side
 halt polling a kernel may do (Linux's haltpoll), done by the one thread that
-knows when it is worth it. (The sync thread, woken early by
-``LogWriter.prepare``, polls for its write the same way.) A busy loop finds
-events at once and never polls for long; an idle one polls at most
-``sync_poll`` after its last sync. 0 switches it off.
+knows when it is worth it. (The sync thread polls for its next write the same
+way, see ``_syncthread.c``.) A busy loop finds events at once and never polls
+for long; an idle one polls at most ``sync_poll`` after its last sync. 0
+switches it off.
 
 Installed in place of the epoll object of Twisted's epoll reactor (its
 ``_poller``; a test fails if that changes), once per reactor, whichever

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -138,27 +138,33 @@ def _cpu_seconds(task: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _thread_cpu_after(prepare: float, write_after: float | None, fd: int, notify: int) -> float:
-    """CPU seconds the sync thread spends over 0.4 s after ``prepare`` (and a write
-    handed over ``write_after`` seconds later, if any)."""
+def _polling(first: Callable[[SyncThread], object], then_write: float | None, fd: int) -> float:
+    """CPU seconds a sync thread spends over 0.4 s after ``first(thread)`` (which may hand
+    a write over) and a write handed over ``then_write`` seconds later, if any."""
+    notified, notify = os.pipe()
     before = _tasks()
     thread = SyncThread(notify)
     try:
         (task,) = _tasks() - before
         time.sleep(0.05)  # the thread is asleep in its wait
         started = _cpu_seconds(task)
-        thread.prepare(prepare)
-        if write_after is not None:
-            time.sleep(write_after)
-            thread.write(fd, 0, (b"prepared",))
-        time.sleep(0.4 - (write_after or 0.0))
+        first(thread)
+        if then_write is not None:
+            time.sleep(then_write)
+            if select.select([notified], [], [], 0)[0]:  # `first` wrote: take its outcome
+                assert wait_for(thread, notified) == 0
+            thread.write(fd, 8, (b"then",))
+            assert wait_for(thread, notified) == 0
+        time.sleep(0.4 - (then_write or 0.0))
         return _cpu_seconds(task) - started
     finally:
         thread.close()
+        os.close(notified)
+        os.close(notify)
 
 
 def test_prepare_wakes_the_thread_to_poll_for_the_write_until_it_comes(
-    tmp_path: Path, notify: tuple[int, int]
+    tmp_path: Path,
 ) -> None:
     """``prepare`` makes the thread poll (it spends CPU) for up to its time, and the
     write, when it comes, ends the polling and is written as any other."""
@@ -166,19 +172,31 @@ def test_prepare_wakes_the_thread_to_poll_for_the_write_until_it_comes(
     path.write_bytes(bytes(16))
     fd = os.open(path, os.O_RDWR)
     try:
-        polled = _thread_cpu_after(0.2, None, fd, notify[1])
-        ended = _thread_cpu_after(5.0, 0.02, fd, notify[1])
-        assert wait_for_result_of_closed(notify[0])
+        polled = _polling(lambda thread: thread.prepare(0.2), None, fd)
+        ended = _polling(lambda thread: thread.prepare(5.0), 0.02, fd)
     finally:
         os.close(fd)
     assert polled > 0.1, f"the thread did not poll: {polled:.3f} s of CPU in 0.4 s"
     assert ended < 0.15, f"the write did not end the polling: {ended:.3f} s of CPU"
-    assert path.read_bytes() == b"prepared" + bytes(8)
+    assert path.read_bytes() == bytes(8) + b"then" + bytes(4)
 
 
-def wait_for_result_of_closed(notified: int) -> bool:
-    """Whether the thread reported a write before it was closed."""
-    return bool(select.select([notified], [], [], 0)[0])
+def test_after_a_write_the_thread_polls_for_the_next_for_the_time_it_was_given(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        polled = _polling(lambda thread: thread.write(fd, 0, (b"one",), 0.2), None, fd)
+        not_asked = _polling(lambda thread: thread.write(fd, 0, (b"one",)), None, fd)
+        ended = _polling(lambda thread: thread.write(fd, 0, (b"two",), 5.0), 0.05, fd)
+    finally:
+        os.close(fd)
+    assert polled > 0.1, f"the thread did not poll: {polled:.3f} s of CPU in 0.4 s"
+    assert not_asked < 0.05, f"the thread polled unasked: {not_asked:.3f} s of CPU"
+    assert ended < 0.15, f"the next write did not end the polling: {ended:.3f} s of CPU"
+    assert path.read_bytes() == b"two" + bytes(5) + b"then" + bytes(4)
 
 
 def test_prepare_is_harmless_while_a_write_is_in_hand_or_once_closed(
