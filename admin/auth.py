@@ -31,7 +31,7 @@ from twisted.internet import defer, threads
 from twisted.web.server import Request
 
 from wiremq.admin.routes import ADMIN, HttpError
-from wiremq.modules.users import User, Users, UsersFileError
+from wiremq.modules.security.users import User, Users, UsersFileError
 
 COOKIE = "wiremq_session"
 CSRF_HEADER = b"x-csrf-token"

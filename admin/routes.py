@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from wiremq.modules.users import ROLES
+from wiremq.modules.security.users import ROLES
 
 VIEWER, OPERATOR, ADMIN = ROLES[2], ROLES[1], ROLES[0]
 

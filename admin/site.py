@@ -32,11 +32,11 @@ from wiremq.admin.openapi import openapi
 from wiremq.admin.routes import VIEWER, Call, HttpError, Route, find, segments
 from wiremq.config.groups import AdminSettings, ServerSettings, TlsSettings
 from wiremq.config.tuning import CONFIG_FILE, Tuning
-from wiremq.modules.cleanup import Periodic
 from wiremq.modules.history import History
-from wiremq.modules.permissions import ADMIN as ADMIN_PERMISSION
-from wiremq.modules.permissions import READ, WRITE, permitted
-from wiremq.modules.users import Users, UsersFile
+from wiremq.modules.persistence.cleanup import Periodic
+from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
+from wiremq.modules.security.permissions import READ, WRITE, permitted
+from wiremq.modules.security.users import Users, UsersFile
 from wiremq.server.tls import TlsContextFactory
 
 if TYPE_CHECKING:

@@ -37,11 +37,11 @@ from wiremq.config.groups import EgressSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import default_pipelines
-from wiremq.modules.connection import ClientConnection
+from wiremq.modules.client.connection import ClientConnection
+from wiremq.modules.client.egress import Egress, Outbox
 from wiremq.modules.core import Core
-from wiremq.modules.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 

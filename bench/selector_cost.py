@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from path_profile import BUDGET, READ, Simulation
 
-from wiremq.modules.egress import Egress
+from wiremq.modules.client.egress import Egress
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
 

@@ -1316,7 +1316,7 @@ PARAMETERS += [
 ]
 
 # -- advanced memory management (chapter 3 of the manual) ------------------------------------
-# TransactionMemSizeManager's reduce strategies and order qualifiers (modules/txmemory.py).
+# TransactionMemSizeManager's reduce strategies and order qualifiers (modules/memory/txmemory.py).
 STRATEGIES = ("MAXBYTES", "MAXMESSAGES", "ALL", "NONE", "OLDESTTX", "YOUNGESTTX")
 ORDERS = (
     "MIXEDFIRSTSTANDARD",

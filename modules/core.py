@@ -26,15 +26,14 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.authentication import Authenticator
-from wiremq.modules.catalog import build_chain, build_memory_levels
-from wiremq.modules.connection import ClientConnection, ConnectionServices, ReadControl
-from wiremq.modules.deadletter import DeadLetters
-from wiremq.modules.destination import DestinationServices
-from wiremq.modules.destinations import Destinations
-from wiremq.modules.durable import ReplayManager
-from wiremq.modules.egress import Egress
-from wiremq.modules.expiry import Expiry
+from wiremq.modules.client.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.client.egress import Egress
+from wiremq.modules.destinations.deadletter import DeadLetters
+from wiremq.modules.destinations.destination import DestinationServices
+from wiremq.modules.destinations.durable import ReplayManager
+from wiremq.modules.destinations.expiry import Expiry
+from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.destinations.subscription import UnackedLimit
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
@@ -42,17 +41,18 @@ from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.journal.recorder import Journal, RecordingJournal
 from wiremq.modules.journal.schema import SERVER_STOPPED
-from wiremq.modules.memwatch import MemWatch
+from wiremq.modules.memory.memwatch import MemWatch
+from wiremq.modules.memory.workpool import WorkPool, WorkPools
 from wiremq.modules.operations import Operations
-from wiremq.modules.persistence import Persistence
-from wiremq.modules.pipeline import ModuleContext, Pipelines
+from wiremq.modules.persistence.store import Persistence
+from wiremq.modules.pipeline.catalog import build_chain, build_memory_levels
+from wiremq.modules.pipeline.chain import ModuleContext, Pipelines
+from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.xa import PREPARED_AREA, XAController
 from wiremq.modules.runtime import Runtime
+from wiremq.modules.security.authentication import Authenticator
+from wiremq.modules.security.users import Users, UsersFile
 from wiremq.modules.stomp.session import SessionSettings
-from wiremq.modules.subscription import UnackedLimit
-from wiremq.modules.transaction import TransactionManager
-from wiremq.modules.users import Users, UsersFile
-from wiremq.modules.workpool import WorkPool, WorkPools
-from wiremq.modules.xa import PREPARED_AREA, XAController
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.volqueue import VolQueueStore
 

@@ -14,9 +14,9 @@ from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tai
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 if TYPE_CHECKING:
-    from wiremq.modules.destination import Destination
+    from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.errors import Refused
-    from wiremq.modules.transaction import Unit
+    from wiremq.modules.pipeline.transaction import Unit
 
 # Headers of a SEND that describe the SEND itself, not the message.
 _FRAME_ONLY_HEADERS = frozenset(

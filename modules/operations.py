@@ -22,19 +22,19 @@ from dataclasses import dataclass
 
 import structlog
 
-from wiremq.modules.connection import ClientConnection
-from wiremq.modules.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
-from wiremq.modules.destination import Destination, domain_of
-from wiremq.modules.destinations import Destinations
+from wiremq.modules.client.connection import ClientConnection
+from wiremq.modules.destinations.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
+from wiremq.modules.destinations.destination import Destination, domain_of
+from wiremq.modules.destinations.queue import Queue
+from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.journal.schema import DELETED, PURGED
 from wiremq.modules.message import Message
-from wiremq.modules.persistence import Persistence
-from wiremq.modules.pipeline import Batch
-from wiremq.modules.queue import Queue
+from wiremq.modules.persistence.store import Persistence
+from wiremq.modules.pipeline.chain import Batch
 from wiremq.modules.stomp.frames import ProtocolError
-from wiremq.modules.topic import Topic
 from wiremq.stores.api import Batch as StoredBatch
 from wiremq.stores.api import Committed, StoreTransaction
 from wiremq.stores.records import StoredMessage

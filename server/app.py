@@ -29,12 +29,12 @@ from wiremq.config.groups import (
     WebSocketSettings,
 )
 from wiremq.config.xmlconfig import ServerConfig
-from wiremq.modules.cleanup import CatchUp, Periodic, StoreCleanup
+from wiremq.modules.client.egress import Outbox
 from wiremq.modules.core import Core
-from wiremq.modules.egress import Outbox
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
+from wiremq.modules.persistence.cleanup import CatchUp, Periodic, StoreCleanup
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol

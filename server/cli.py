@@ -23,8 +23,8 @@ from wiremq.config.xmlconfig import (
     render_config,
     save_values,
 )
-from wiremq.modules.catalog import check_chain
-from wiremq.modules.users import ROLES, UsersFile, UsersFileError
+from wiremq.modules.pipeline.catalog import check_chain
+from wiremq.modules.security.users import ROLES, UsersFile, UsersFileError
 
 DESCRIPTION = """\
 wiremq: a STOMP 1.0/1.1/1.2 message server with queues, topics and JMS

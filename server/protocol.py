@@ -12,7 +12,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from wiremq.modules.egress import Egress
+from wiremq.modules.client.egress import Egress
 from wiremq.modules.flow.slowness import Verdict
 from wiremq.server.tls import certificate_name
 from wiremq.server.writer import SocketWriter, socket_of

@@ -21,7 +21,7 @@ from twisted.internet.interfaces import IDelayedCall, IReadDescriptor
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wiremq.modules.egress import Outbox
+from wiremq.modules.client.egress import Outbox
 from wiremq.server._syncthread import SyncThread
 from wiremq.server.syncpoll import SyncPoller
 

@@ -25,7 +25,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.internet.tcp import Connection
 from zope.interface import implementer
 
-from wiremq.modules.egress import Egress
+from wiremq.modules.client.egress import Egress
 from wiremq.modules.flow.slowness import SlownessMeter
 
 

@@ -1,6 +1,6 @@
 """VolQueueStore: the non-persistent queue messages held in memory until delivered.
 
-The messages themselves wait in their queue (``modules/queue.py``, in priority
+The messages themselves wait in their queue (``modules/destinations/queue.py``, in priority
 order with its persistent ones); the VolQueueStore counts them per queue and in
 total, so that counts are read without going through the queues. A queue
 tells its count what came in and went out once per dispatch.

@@ -11,7 +11,7 @@ from wiremq.config.groups import (
 )
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
-from wiremq.modules.egress import Egress, Outbox
+from wiremq.modules.client.egress import Egress, Outbox
 from wiremq.modules.flow.egress_queues import QueueLimits, queue_limits
 from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder
 from wiremq.stores.storage import Location

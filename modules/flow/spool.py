@@ -26,8 +26,8 @@ from wiremq.modules.message import Message
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 if TYPE_CHECKING:
-    from wiremq.modules.destination import Destination
-    from wiremq.modules.destinations import Destinations
+    from wiremq.modules.destinations.destination import Destination
+    from wiremq.modules.destinations.registry import Destinations
 
 P2P = "p2p"
 PUBSUB = "pubsub"

@@ -57,9 +57,9 @@ from wiremq.stores.api import QUEUE_PREFIX, Committed, Position, StoreTransactio
 from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
+    from wiremq.modules.destinations.subscription import Subscription
     from wiremq.modules.flow.control import FlowControl
     from wiremq.modules.message import Message
-    from wiremq.modules.subscription import Subscription
     from wiremq.stores.durable import SubscriptionKey
 
 log = structlog.get_logger("wiremq.journal")

@@ -34,7 +34,7 @@ class Selector:
         self.match = match  # message -> bool: the selector is TRUE for it
         self.source = source  # the Python it was compiled to (for the curious and the tests)
         # Conditions every selected message meets: ``name = literal`` at the top level,
-        # by which a queue indexes its selectors (see ``modules/filters.py``).
+        # by which a queue indexes its selectors (see ``modules/destinations/filters.py``).
         self.equalities = equalities
 
     def __repr__(self) -> str:

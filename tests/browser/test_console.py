@@ -16,7 +16,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.integration.clients import connect, fill
 from tests.integration.console import encoded, open_console
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 WAIT = 15.0
 WATERMARK = {

@@ -22,7 +22,7 @@ from tests.browser.chromium import PageServer, chromium
 from tests.conftest import call_in_reactor
 from tests.integration.certificates import Certificates, make_certificates
 from tests.integration.clients import until
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 HERE = Path(__file__).parent
 STOMPJS = HERE / "node_modules" / "@stomp" / "stompjs" / "bundles" / "stomp.umd.min.js"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
 from wiremq.config.parameters import REGISTRY
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 # -- what the API answers ---------------------------------------------------------------------
 

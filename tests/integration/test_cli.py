@@ -15,7 +15,7 @@ from tests.integration.clients import connect, free_port
 from tests.integration.console import Api
 from tests.relations import CASES, config_file
 from wiremq.config.xmlconfig import load_config
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 WIREMQ = [sys.executable, "-m", "wiremq.server.cli"]
 

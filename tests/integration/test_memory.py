@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from tests.integration.clients import RawClient, until
 from tests.integration.test_flow_control import client_state, flow_state
-from wiremq.modules.memwatch import ActionContext, MemoryAction, MemoryReading
+from wiremq.modules.memory.memwatch import ActionContext, MemoryAction, MemoryReading
 
 MIB = 1024 * 1024
 LARGE = 2 * MIB  # over MemWatch.messagethreshold

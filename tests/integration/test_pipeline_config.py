@@ -10,7 +10,7 @@ from tests.conftest import call_in_reactor
 from tests.integration import plugins
 from tests.integration.clients import connect, until
 from wiremq.config.xmlconfig import ConfigError
-from wiremq.modules.prioqueue import PrioQueueModule
+from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
 
 def _config(p2p: list[str], pubsub: list[str]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from twisted.internet import defer
 
 from tests.conftest import call_in_reactor
-from wiremq.modules.egress import Outbox
+from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
 
 

@@ -13,7 +13,7 @@ import pytest
 import stomp
 
 from tests.integration.clients import RawClient, Recorder, connect
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from twisted.internet import defer
 from tests.conftest import call_in_reactor
 from tests.defaults import SETTINGS
 from wiremq.config.groups import WalSettings
-from wiremq.modules.egress import Outbox
+from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.syncpoll import SyncPoller
 

@@ -25,7 +25,7 @@ from wiremq.config.groups import TlsSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 from wiremq.server.tls import TlsContextFactory
 
 

@@ -27,7 +27,7 @@ from tests.integration.test_flow_control import (
 )
 from tests.integration.test_flow_subscribers import TOPIC_WATERMARKS, stopped_by_the_live_buffer
 from tests.integration.wsclient import HandshakeRefused, WsClient
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 from wiremq.server.writer import socket_of
 
 WS = {"WebSocketListener.port": "0"}

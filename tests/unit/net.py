@@ -24,14 +24,14 @@ from wiremq.config.parameters import REGISTRY
 from wiremq.config.registry import Value
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import default_pipelines
+from wiremq.modules.client.egress import EVERYTHING, Egress, Outbox
 from wiremq.modules.core import Core
-from wiremq.modules.egress import EVERYTHING, Egress, Outbox
+from wiremq.modules.destinations.queue import Queue
+from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.flow.egress_queues import QueueLimits
-from wiremq.modules.queue import Queue
 from wiremq.modules.stomp.codec import FrameDecoder
 from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame
-from wiremq.modules.topic import Topic
 from wiremq.server.stores import open_store
 
 NO_HEARTBEATS = {"StompListener.heartbeatsend": 0, "StompListener.heartbeatreceive": 0}

@@ -6,14 +6,14 @@ from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec, default_pipelines
-from wiremq.modules.admission import AdmissionModule
-from wiremq.modules.catalog import build_chain
 from wiremq.modules.core import Core
-from wiremq.modules.distributing import DistributingModule
-from wiremq.modules.pipeline import PipelineModule, Terminal
-from wiremq.modules.prioqueue import PrioQueueModule
-from wiremq.modules.storage import StorageModule
-from wiremq.modules.transaction import TransactionModule
+from wiremq.modules.pipeline.admission import AdmissionModule
+from wiremq.modules.pipeline.catalog import build_chain
+from wiremq.modules.pipeline.chain import PipelineModule, Terminal
+from wiremq.modules.pipeline.distributing import DistributingModule
+from wiremq.modules.pipeline.prioqueue import PrioQueueModule
+from wiremq.modules.pipeline.storage import StorageModule
+from wiremq.modules.pipeline.transaction import TransactionModule
 
 
 class RecordingModule(PipelineModule):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
-from wiremq.modules.cleanup import CatchUp, Periodic
+from wiremq.modules.persistence.cleanup import CatchUp, Periodic
 
 
 def test_a_periodic_task_that_raises_once_keeps_running():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fakes import FakeRuntime
-from wiremq.modules.groupcommit import GroupCommit
+from wiremq.modules.persistence.groupcommit import GroupCommit
 
 
 class Log:

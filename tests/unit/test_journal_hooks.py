@@ -8,10 +8,10 @@ from typing import Any
 
 from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from tests.unit.net import PERSISTENT, Net, Peer, frame
-from wiremq.modules.cleanup import StoreCleanup
 from wiremq.modules.flow.egress_queues import EgressQueue, QueueLimits
 from wiremq.modules.journal.recorder import RecordingJournal
 from wiremq.modules.journal.schema import PERSQUEUE
+from wiremq.modules.persistence.cleanup import StoreCleanup
 from wiremq.stores.api import QUEUE_PREFIX
 
 Record = dict[str, Any]

@@ -12,9 +12,9 @@ from tests.defaults import SETTINGS
 from tests.fakes import FakeRuntime
 from wiremq.config.groups import MemWatchSettings
 from wiremq.config.xmlconfig import ConfigError, default_memory_levels, load_config
-from wiremq.modules import memwatch as memwatch_module
-from wiremq.modules.catalog import build_memory_levels
-from wiremq.modules.memwatch import ActionContext, MemoryAction, MemoryReading, MemWatch
+from wiremq.modules.memory import memwatch as memwatch_module
+from wiremq.modules.memory.memwatch import ActionContext, MemoryAction, MemoryReading, MemWatch
+from wiremq.modules.pipeline.catalog import build_memory_levels
 
 MB = 1_000_000
 DEFAULTS = MemWatchSettings.read(SETTINGS, "MemWatch")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wiremq.modules.errors import Refused
-from wiremq.modules.permissions import Access, Grant, granted, permitted
-from wiremq.modules.users import User
+from wiremq.modules.security.permissions import Access, Grant, granted, permitted
+from wiremq.modules.security.users import User
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from tests.fakes import FakeRuntime
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import default_pipelines
+from wiremq.modules.client.egress import Egress
 from wiremq.modules.core import Core
-from wiremq.modules.egress import Egress
+from wiremq.modules.destinations.subscription import Subscription
 from wiremq.modules.message import Message
-from wiremq.modules.subscription import Subscription
 from wiremq.server.stores import open_store
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.records import StoredMessage

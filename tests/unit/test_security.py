@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.net import Net, Peer, frame, send_frame
-from wiremq.modules.users import UsersFile
+from wiremq.modules.security.users import UsersFile
 
 ALICE = {"login": "alice", "passcode": "alice-pw"}
 BOB = {"login": "bob", "passcode": "bob-pw"}

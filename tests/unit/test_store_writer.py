@@ -12,7 +12,7 @@ import pytest
 
 from tests.defaults import location
 from tests.fakes import FakeRuntime
-from wiremq.modules.persistence import StoreWriter
+from wiremq.modules.persistence.store import StoreWriter
 from wiremq.stores.api import Committed, StoreTransaction
 from wiremq.stores.errors import StoreError
 from wiremq.stores.messagestore import WalStore

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wiremq.config.parameters import ORDERS, STRATEGIES
-from wiremq.modules.txmemory import Candidate, choose, ordered
+from wiremq.modules.memory.txmemory import Candidate, choose, ordered
 
 candidates = st.lists(
     st.builds(

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from wiremq.modules.users import (
+from wiremq.modules.security.users import (
     USERS_FILE,
     Users,
     UsersFile,

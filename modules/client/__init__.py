@@ -1,0 +1,1 @@
+"""The client side: a connection's STOMP adapter and its egress."""

@@ -1,0 +1,1 @@
+"""Destinations: queues, topics, their subscriptions, backlogs, expiry and dead letters."""

@@ -1,0 +1,256 @@
+"""What queues and topics share: names, consumers, producers and the gates that stop them.
+
+A destination receives messages only from the distributing module
+(``enqueue``, then ``dispatch`` once per batch) and hands them to its
+consumers. What it needs from the rest of the server is in
+``DestinationServices``; nothing else reaches it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from wiremq.config.groups import DestinationPolicy, WatermarkLimits
+from wiremq.config.settings import Settings
+from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.message import Message
+from wiremq.modules.pipeline.chain import P2P, PUBSUB
+from wiremq.modules.runtime import Runtime
+from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, StoreTransaction
+
+if TYPE_CHECKING:
+    from wiremq.modules.destinations.deadletter import DeadLetters
+    from wiremq.modules.destinations.durable import ReplayManager
+    from wiremq.modules.destinations.expiry import Expiry
+    from wiremq.modules.destinations.subscription import Subscription, UnackedLimit
+    from wiremq.modules.journal.recorder import Journal
+    from wiremq.modules.memory.workpool import WorkPools
+    from wiremq.modules.persistence.store import Persistence
+    from wiremq.stores.volqueue import VolQueueStore
+
+
+def domain_of(name: str) -> str | None:
+    """The domain a destination name belongs to: /queue/... p2p, /topic/... pubsub."""
+    if name.startswith(QUEUE_PREFIX):
+        return P2P
+    if name.startswith(TOPIC_PREFIX):
+        return PUBSUB
+    return None
+
+
+@dataclass
+class DestinationServices:
+    """What queues and topics use of the rest of the server."""
+
+    settings: Settings
+    runtime: Runtime
+    flow: FlowControl
+    persistence: Persistence | None
+    expiry: Expiry
+    dead_letters: DeadLetters
+    unacked: UnackedLimit
+    replays: ReplayManager
+    volatile: VolQueueStore
+    journal: Journal
+    pools: WorkPools
+
+
+def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
+    """Count messages into (positive) or out of (negative) every watermark given."""
+    for watermark in watermarks:
+        if watermark is not None:
+            if messages > 0:
+                watermark.add(messages, nbytes)
+            else:
+                watermark.remove(-messages, -nbytes)
+
+
+class Destination(ABC):
+    """A named queue or topic with its consumers, its producers and the watermarks
+    (``gates``) whose trips stop those producers."""
+
+    domain: ClassVar[str]
+
+    def __init__(self, name: str, services: DestinationServices) -> None:
+        self.name = name
+        self.services = services
+        self.policy = DestinationPolicy.for_destination(services.settings, name)
+        # Insertion-ordered, so that adding and removing one costs the same however many
+        # there are.
+        self.consumers: dict[Subscription, None] = {}
+        self.producers: set[Producer] = set()
+        # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
+        self.fail_when_full = self.policy.whenfull == "fail"
+        store_gate = services.flow.stores[self.domain]
+        self.gates: list[Watermark] = [
+            g
+            for g in services.flow.gates[self.domain]
+            if not (self.fail_when_full and g is store_gate)
+        ]
+        self.store_watermark: Watermark | None = None  # its persistent store's, if any
+        self.own: list[Watermark] = []  # its own watermarks, whether they stop or not
+        self.last_dispatch = services.runtime.monotonic()
+        self.removed = False  # taken out of the registry: a new one of its name may exist
+        self.delivered_before = 0  # deliveries to consumers that have gone
+
+    def own_watermark(self, kind: str, group: str, prefix: str, stops: bool) -> Watermark | None:
+        """A per-destination watermark of ``group``, if its parameters switch one on;
+        ``stops`` says whether its trips stop this destination's producers."""
+        limits = WatermarkLimits.read(self.services.settings, group, prefix)
+        if not limits.enabled:
+            return None
+        producers: Callable[[], set[Producer]] = (lambda: self.producers) if stops else set
+        watermark = Watermark(f"{kind} {self.name}", limits, producers)
+        self.own.append(watermark)
+        if stops:
+            self.gates.append(watermark)
+        return watermark
+
+    # Its own watermarks: (attribute, kind, group, prefix); whether one stops producers is
+    # ``_stops(kind)``.
+    OWN_WATERMARKS: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
+
+    def _make_own_watermarks(self) -> None:
+        for attribute, kind, group, prefix in self.OWN_WATERMARKS:
+            setattr(self, attribute, self.own_watermark(kind, group, prefix, self._stops(kind)))
+
+    def _stops(self, kind: str) -> bool:
+        """Whether trips of its own ``kind`` watermark stop its producers (a full store does
+        not when it refuses persistent SENDs instead: ``whenfull=fail``)."""
+        return kind not in STORE_WATERMARKS or not self.fail_when_full
+
+    def held(self, kind: str) -> tuple[int, int]:
+        """Messages and bytes it holds now where its ``kind`` watermark counts (a store's
+        counts come from the store, through the spool, after this)."""
+        return 0, 0
+
+    def configure(self) -> None:
+        """Parameters changed while the server runs: its policy and its own watermarks
+        follow. A watermark switched on starts from what it holds now (and may stop its
+        producers at once); one changed or switched off is judged again."""
+        settings = self.services.settings
+        self.policy = DestinationPolicy.for_destination(settings, self.name)
+        if self.policy.shutdown:  # its producers' next SENDs are refused (admission)
+            for producer in list(self.producers):
+                self.remove_producer(producer)
+        for attribute, kind, group, prefix in self.OWN_WATERMARKS:
+            watermark: Watermark | None = getattr(self, attribute)
+            if watermark is not None:
+                watermark.configure(WatermarkLimits.read(settings, group, prefix))
+                continue
+            watermark = self.own_watermark(kind, group, prefix, self._stops(kind))
+            if watermark is not None:
+                setattr(self, attribute, watermark)
+                watermark.add(*self.held(kind))
+
+    def add_producer(self, producer: Producer) -> None:
+        """A client sends here: it is stopped at once if a watermark is tripped."""
+        self.producers.add(producer)
+        self.services.flow.produces(self.domain, producer)
+        for gate in self.gates:
+            gate.producer_joined(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        self.producers.discard(producer)
+        for gate in self.gates:
+            gate.forget(producer)
+
+    def subscribe(self, subscription: Subscription) -> None:
+        self.consumers[subscription] = None
+
+    def unused(self) -> bool:
+        """Whether nothing would be lost by removing it: no consumers, nothing counted in
+        its own watermarks, and (``_holds_nothing``) no messages nor anything kept for it."""
+        return (
+            not self.consumers
+            and all(not w.gauge.messages and not w.gauge.bytes for w in self.own)
+            and self._holds_nothing()
+        )
+
+    @abstractmethod
+    def _holds_nothing(self) -> bool:
+        """No message waits here and the store keeps nothing for it."""
+
+    def remove(self) -> None:
+        """It leaves the registry (``unused`` said so); a message still on its way to it
+        goes to the destination of its name made again (see the distributing module)."""
+        self.removed = True
+
+    @abstractmethod
+    def enqueue(self, message: Message) -> None:
+        """Take a message from the distributing module (delivered by ``dispatch``)."""
+
+    @abstractmethod
+    def dispatch(self) -> None:
+        """Hand waiting messages to consumers that can take them."""
+
+    def consumer_ready(self) -> None:
+        """A consumer that was skipped for not being ready may be ready now."""
+        self.dispatch()
+
+    @abstractmethod
+    def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:
+        """Remove a consumer; what it had not acknowledged, and ``unwritten`` (messages
+        handed to it and never written to its socket), are handled per domain."""
+
+    @abstractmethod
+    def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
+        """A consumer acknowledged these messages (or took them in auto mode): what the
+        store must change for it."""
+
+    @abstractmethod
+    def rejected(
+        self, subscription: Subscription, messages: list[Message], requeue: bool
+    ) -> StoreTransaction:
+        """Messages a consumer NACKed: delivered again if ``requeue``, else dropped as if
+        acknowledged; what the store must change for it."""
+
+    def _consumer_gone(self, subscription: Subscription) -> None:
+        """Keep the deliveries of a consumer that unsubscribed in the destination's count."""
+        self.delivered_before += subscription.delivered
+
+    @property
+    @abstractmethod
+    def received(self) -> int:
+        """Messages that came to it (from the counters the message path keeps anyway)."""
+
+    @property
+    def delivered(self) -> int:
+        """Deliveries to its consumers, those gone included (a redelivery counts again)."""
+        return self.delivered_before + sum(s.delivered for s in self.consumers)
+
+    def stored(self) -> tuple[int, int]:
+        """Messages and bytes the store holds for it (delivered, unacknowledged included)."""
+        persistence = self.services.persistence
+        return persistence.store.count(self.name) if persistence is not None else (0, 0)
+
+    def _state(self, kind: str, messages: int, nbytes: int) -> dict[str, object]:
+        """What every destination's state tells: ``messages``/``bytes`` is its depth
+        (waiting and delivered but not yet acknowledged, stored or not)."""
+        stored_messages, stored_bytes = self.stored()
+        return {
+            "name": self.name,
+            "kind": kind,
+            "messages": messages,
+            "bytes": nbytes,
+            "stored_messages": stored_messages,
+            "stored_bytes": stored_bytes,
+            "received": self.received,
+            "delivered": self.delivered,
+            "producers": len(self.producers),
+            "spool_quota": self.policy.spoolquota,
+            "shutdown": self.policy.shutdown,
+            "watermarks": [g.state() for g in self.gates],
+        }
+
+    @abstractmethod
+    def state(self) -> dict[str, object]:
+        """Flow-control state and counts, for the admin view."""
+
+
+NOTHING = StoreTransaction()
+STORE_WATERMARKS = ("PersQueueStore", "TopicStore")

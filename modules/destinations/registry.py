@@ -1,0 +1,185 @@
+"""The destination registry: every queue and topic by name, created on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import structlog
+
+from wiremq.config.groups import (
+    CleanupIntervalSettings,
+    IdleDestinationSettings,
+    LiveBufferSettings,
+)
+from wiremq.modules.destinations.destination import Destination, DestinationServices, domain_of
+from wiremq.modules.destinations.queue import Queue
+from wiremq.modules.destinations.topic import Topic
+from wiremq.modules.destinations.wildcard import Wildcard, matches
+from wiremq.modules.errors import Refused
+from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.journal.schema import VOLQUEUE
+from wiremq.modules.pipeline.chain import P2P
+
+log = structlog.get_logger("wiremq.destinations")
+
+
+class Destinations:
+    """Queues and topics, and what is done to all of them at once."""
+
+    def __init__(self, services: DestinationServices) -> None:
+        self.services = services
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, Topic] = {}
+        self.wildcards: list[Wildcard] = []  # wildcard subscriptions
+        self.retired_received = 0  # messages of destinations removed since
+        self.retired_delivered = 0
+        services.flow.on_gate_added(self._gate_added)
+
+    def get(self, name: str) -> Destination | None:
+        return self.queues.get(name) or self.topics.get(name)
+
+    def resolve(self, name: str) -> Destination:
+        """The queue or topic ``name`` names, created on first use; a name that is
+        neither is refused."""
+        found = self.queues.get(name) or self.topics.get(name)
+        if found is not None:
+            return found
+        domain = domain_of(name)
+        if domain is None:
+            raise Refused(
+                "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
+            )
+        kind = "queue" if domain == P2P else "topic"
+        suffix = name[len(kind) + 2 :]
+        if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
+            raise Refused(
+                "invalid destination",
+                f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
+                "and without control characters",
+            )
+        destination: Destination
+        if domain == P2P:
+            destination = self.queues[name] = Queue(name, self.services)
+        else:
+            destination = self.topics[name] = Topic(name, self.services)
+        log.info("destination.created", destination=name)
+        for wildcard in self.wildcards:
+            if matches(wildcard.name, name):
+                wildcard.attach(destination)
+        return destination
+
+    def add_wildcard(self, wildcard: Wildcard) -> None:
+        """A wildcard subscription joins every matching destination, now and later."""
+        pattern = wildcard.name
+        levels = pattern.split("/", 2)[-1].split(".")
+        if (
+            "" in levels
+            or ">" in levels[:-1]
+            or any(("*" in level or ">" in level) and len(level) > 1 for level in levels)
+        ):
+            raise Refused(
+                "invalid destination",
+                f"{pattern[:200]!r}: in a wildcard subscription * stands for one whole level "
+                "and > (last) for one or more",
+            )
+        self.wildcards.append(wildcard)
+        wildcard.forget = self.wildcards.remove
+        for destination in self.of_domain(wildcard.domain or ""):
+            if matches(pattern, destination.name):
+                wildcard.attach(destination)
+
+    def __iter__(self) -> Iterator[Destination]:
+        yield from list(self.queues.values())
+        yield from list(self.topics.values())
+
+    def of_domain(self, domain: str) -> list[Destination]:
+        return list(self.queues.values() if domain == P2P else self.topics.values())
+
+    def blocking_producers(self, domain: str) -> set[Producer]:
+        """Producers a full store stops: those of destinations that block when full
+        (a ``whenfull=fail`` destination refuses its persistent SENDs instead)."""
+        return {p for d in self.of_domain(domain) if not d.fail_when_full for p in d.producers}
+
+    def retire(self, destination: Destination) -> None:
+        """Take a destination out of the registry; its counts stay in the totals."""
+        registry: dict[str, Queue] | dict[str, Topic] = (
+            self.queues if isinstance(destination, Queue) else self.topics
+        )
+        name = destination.name
+        if id(registry.get(name)) != id(destination):
+            return  # already gone (a new one of its name may be there)
+        del registry[name]
+        self.retired_received += destination.received
+        self.retired_delivered += destination.delivered
+        destination.remove()
+
+    def totals(self) -> dict[str, int]:
+        """Messages received and delivered since the server started, all destinations."""
+        return {
+            "received": self.retired_received + sum(d.received for d in self),
+            "delivered": self.retired_delivered + sum(d.delivered for d in self),
+        }
+
+    def configure(self) -> None:
+        """Parameters changed while the server runs: every destination reads them again."""
+        for destination in self:
+            destination.configure()
+
+    def _gate_added(self, domain: str, watermark: Watermark) -> None:
+        for destination in self.of_domain(domain):
+            destination.gates.append(watermark)
+
+    def forget_producer(self, producer: Producer) -> None:
+        """A client went away: it is no longer a producer anywhere."""
+        for destination in self:
+            if producer in destination.producers:
+                destination.remove_producer(producer)
+        self.services.flow.forget(producer)
+
+    def restore(self, queues: list[str]) -> None:
+        """Recreate the queues that have stored messages; they are read back on demand."""
+        for name in queues:
+            queue = self.resolve(name)
+            assert isinstance(queue, Queue)
+            queue.backlog.restore()
+
+    # -- cleanup processes -------------------------------------------------------------
+
+    def sweep_volatile(self) -> None:
+        """The VolQueueStore's cleanup process."""
+        now_ms = self.services.runtime.now_ms()
+        settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
+        with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
+            for queue in list(self.queues.values()):
+                run.scanned += queue.sweep_volatile(now_ms)
+
+    def sweep_live_buffers(self) -> None:
+        """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""
+        now_ms = self.services.runtime.now_ms()
+        idle_for = LiveBufferSettings.read(
+            self.services.settings, "DestinationManager"
+        ).qlbcleanuptimetolive
+        for queue in list(self.queues.values()):
+            queue.sweep_cache(now_ms, idle_for)
+
+    def sweep_idle(self) -> None:
+        """Remove the destinations nobody uses (``Destination.unused``) that have not
+        dispatched for DestinationManager.idletimetolive, so that names that come and go
+        do not grow memory; a name used again makes a new one."""
+        now = self.services.runtime.monotonic()
+        idle_for = IdleDestinationSettings.read(
+            self.services.settings, "DestinationManager"
+        ).idletimetolive
+        removed = 0
+        for destination in self:
+            if now - destination.last_dispatch >= idle_for and destination.unused():
+                self.retire(destination)
+                removed += 1
+        if removed:
+            log.info("destinations.removed", count=removed)
+
+    def sweep_topic_buffers(self) -> None:
+        """The topic live buffers' cleanup (tlbcleanupinterval)."""
+        now_ms = self.services.runtime.now_ms()
+        for topic in list(self.topics.values()):
+            topic.sweep_live_buffer(now_ms)

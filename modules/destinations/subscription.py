@@ -1,0 +1,380 @@
+"""A consumer: one SUBSCRIBE of one connection, its window, and what it has not acknowledged.
+
+The window (consumerQueueEntriesSize / consumerQueueEntriesBytes, or the
+SUBSCRIBE's own) counts messages handed to the consumer and not yet
+acknowledged (client modes) or not yet written to its socket (auto mode); the
+server never exceeds it. A consumer with a full window, or whose client's
+egress queue for the message is full, is not ready: a queue skips it for the
+others, a topic keeps the message in its live buffer for it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wiremq.modules.client.egress import Egress
+from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
+from wiremq.modules.message import Message
+from wiremq.modules.runtime import Runtime
+from wiremq.modules.selector import Selector
+from wiremq.modules.stomp.encoder import GROUP_FIRST_LINE, ack_line, ack_suffix, subscription_head
+
+if TYPE_CHECKING:
+    from wiremq.modules.client.connection import ClientConnection
+    from wiremq.modules.destinations.destination import Destination
+    from wiremq.modules.destinations.filters import Filter
+
+DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
+DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
+
+
+class UnackedLimit:
+    """MessageSpool.maxdeliveredunacked: deliveries to client-acknowledging consumers not
+    yet acknowledged, over the whole server (-1: no limit). Destinations whose consumers
+    were held back by it are woken when acknowledgements bring the count under it."""
+
+    def __init__(self, limit: int, runtime: Runtime) -> None:
+        self.limit = limit
+        self.count = 0
+        self.runtime = runtime
+        self._waiters: set[Destination] = set()
+
+    def reached(self, subscription: Subscription) -> bool:
+        if self.limit < 0 or self.count < self.limit:
+            return False
+        self._waiters.add(subscription.destination)
+        return True
+
+    def acknowledged(self, count: int) -> None:
+        """``count`` client-mode deliveries were acknowledged (or given back)."""
+        before = self.count
+        self.count -= count
+        if before >= self.limit > self.count >= 0 and self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for destination in waiters:
+                self.runtime.call_soon(destination.consumer_ready)
+
+
+class Subscription:
+    """Delivers messages to a client's egress and tracks them until acknowledged.
+
+    In STOMP 1.2 the MESSAGE ``ack`` header is ``<message-id>@<number>``, where
+    ``number`` identifies the subscription within its connection, so that an
+    ACK names exactly one delivery even when two subscriptions of a connection
+    receive the same topic message.
+    """
+
+    __slots__ = (
+        "sub_id",
+        "number",
+        "destination",
+        "limit",
+        "ack_mode",
+        "egress",
+        "flavour",
+        "head",
+        "unacked",
+        "ack_suffix",
+        "durable_key",
+        "replaying",
+        "replayed_upto",
+        "skipped_upto",
+        "acked_position",
+        "window_messages",
+        "window_bytes",
+        "inflight_messages",
+        "inflight_bytes",
+        "waiting",
+        "cursor",
+        "policy",
+        "delivered",
+        "client",
+        "ended",
+        "written_order",
+        "journal",
+        "record_delivery",
+        "pool",
+        "large",
+        "selector",
+        "accepts",
+        "exclusive",
+        "filter",
+    )
+
+    def __init__(
+        self,
+        sub_id: str,
+        number: int,
+        destination: Destination,
+        ack_mode: str,
+        egress: Egress,
+        version: str,
+        durable_key: tuple[str, str] | None = None,
+        window: tuple[int, int] = (1 << 62, 1 << 62),
+        selector: Selector | None = None,
+        exclusive: bool = False,
+    ) -> None:
+        self.sub_id = sub_id
+        self.number = number
+        self.destination = destination
+        self.limit = destination.services.unacked
+        self.journal = journal = destination.services.journal
+        # The per-delivery hook, or None: with the journal off, or in auto mode (whose
+        # deliveries are recorded when written: ``written``), a delivery skips the call.
+        self.record_delivery = journal.delivered if journal.records and ack_mode != "auto" else None
+        self.ack_mode = ack_mode
+        self.egress = egress
+        self.flavour = version
+        self.head = subscription_head(sub_id, version)
+        # Delivered and not yet acknowledged, in delivery order; None in auto mode.
+        self.unacked: dict[str, Message] | None = None if ack_mode == "auto" else {}
+        # Client (cumulative) mode: the unacknowledged ones written, in the order written.
+        # The egress queues write by priority, not in delivery order, and a cumulative ACK
+        # covers what the client received before it.
+        self.written_order: dict[str, None] | None = {} if ack_mode == "client" else None
+        self.ack_suffix = ack_suffix(number) if version == "1.2" and ack_mode != "auto" else None
+        self.durable_key = durable_key  # (client id, name) of a durable topic subscription
+        self.replaying = durable_key is not None  # catching up from the store first
+        self.replayed_upto = 0  # a durable subscriber's last stored position its replay read
+        self.skipped_upto = 0  # the last stored position it skipped live while replaying
+        self.acked_position = 0  # a durable subscriber's acknowledged store position
+        self.window_messages, self.window_bytes = window
+        # Large deliveries are bounded by the destination's work pool (``workpool``).
+        self.pool = destination.services.pools.of(destination.domain)
+        self.large = self.pool.large
+        self.inflight_messages = 0
+        self.inflight_bytes = 0
+        self.waiting = False  # a destination skipped it for not being ready
+        self.cursor = 0  # next index in its topic's live buffer
+        self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
+        self.delivered = 0
+        self.client: ClientConnection  # set by the connection that made it
+        self.ended = False
+        self.selector = selector  # its JMS message selector, compiled
+        self.accepts = None if selector is None else selector.match  # None: everything
+        self.exclusive = exclusive  # activemq.exclusive: the only consumer while it lives
+        self.filter: Filter | None = None  # its queue's consumers with its selector
+
+    # -- readiness -------------------------------------------------------------------------
+
+    def ready_for(self, message: Message) -> bool:
+        """Whether the consumer can take ``message`` now (the window's whole-message rule:
+        a message is handed over while the window is not yet full)."""
+        queue = message.egress_queue
+        if self.policy == "discard-oldest" and queue in DISCARDABLE and self.unacked is None:
+            return True  # its own egress queue discards: it never holds anyone up
+        if self.inflight_messages >= self.window_messages or (
+            self.inflight_bytes >= self.window_bytes
+        ):
+            return False
+        if self.unacked is not None and self.limit.reached(self):
+            return False
+        if message.size > self.large and not self.pool.admits(self.destination):
+            return False
+        queues = self.egress.queues
+        return queues.policy is DISCARD_OLDEST or queues.has_room(queue, message.size)
+
+    @property
+    def ready(self) -> bool:
+        """Ready in general (for the admin view): the window has room."""
+        return (
+            self.inflight_messages < self.window_messages
+            and self.inflight_bytes < self.window_bytes
+        )
+
+    def _wake(self) -> None:
+        if self.waiting:
+            self.waiting = False
+            self.egress.outbox.wake(self.destination.consumer_ready)
+
+    def skips(self, message: Message) -> bool:
+        """Whether a topic subscriber passes over a message: one its selector does not
+        select, or one it leaves to its replay (``left_to_replay``)."""
+        accepts = self.accepts
+        if accepts is not None and not accepts(message):
+            return True
+        return bool(message.store_seq) and self.left_to_replay(message)
+
+    def left_to_replay(self, message: Message) -> bool:
+        """Whether a durable subscriber leaves a live stored message to its replay: all of
+        them while it replays (the highest is noted, so that the replay reads on to it),
+        and afterwards those the replay already read."""
+        if self.durable_key is None:
+            return False
+        seq = message.store_seq
+        if self.replaying:
+            if seq > self.skipped_upto:
+                self.skipped_upto = seq
+            return True
+        return seq <= self.replayed_upto
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def deliver(self, message: Message) -> None:
+        record = self.record_delivery
+        if record is not None:
+            record(self, message)
+        if message.size > self.large:
+            self.pool.take(self.destination)
+            tail = message.own_tail(self.flavour)
+        else:
+            tail = message.wire_tail(self.flavour)
+        self.inflight_messages += 1
+        self.inflight_bytes += message.size
+        self.delivered += 1
+        unacked = self.unacked
+        if unacked is None:
+            self.egress.push_message(message.egress_queue, self.head, tail, self, message)
+            return
+        unacked[message.message_id] = message
+        self.limit.count += 1
+        head = self.head
+        if self.ack_suffix is not None:
+            head += ack_line(message.message_id, self.ack_suffix)
+        self.egress.push_message(message.egress_queue, head, tail, self, message)
+
+    def deliver_first_of_group(self, message: Message) -> None:
+        """Deliver the first message of a message group this consumer gets (now its owner):
+        the MESSAGE says so (``JMSXGroupFirstForConsumer:true``)."""
+        head = self.head
+        self.head = head + GROUP_FIRST_LINE
+        try:
+            self.deliver(message)
+        finally:
+            self.head = head
+
+    def redeliver(self, messages: list[Message]) -> None:
+        """Deliver NACKed messages again. A durable subscriber's wait for acknowledgement in
+        their place in the store order, as before (its position stops before the oldest
+        stored one unacknowledged: the first in ``unacked``)."""
+        for message in messages:
+            self.deliver(message)
+        unacked = self.unacked
+        if unacked is not None and self.durable_key is not None:
+            self.unacked = dict(sorted(unacked.items(), key=lambda item: item[1].store_seq))
+
+    def written(self, messages: list[Message]) -> None:
+        """The writer put deliveries on the socket. In auto mode that frees their window
+        slots and acknowledges them: a delivery never written (the client went away
+        first) is not acknowledged, so a stored one is delivered again."""
+        if self.pool.in_progress:
+            self.pool.release(self.destination, messages)
+        if self.written_order is not None:
+            order = self.written_order
+            for message in messages:
+                order[message.message_id] = None
+        elif self.unacked is None:
+            self.journal.consumed(self, messages)
+            self.inflight_messages -= len(messages)
+            self.inflight_bytes -= sum(m.size for m in messages)
+            stored = [m for m in messages if m.store_seq]
+            if stored:
+                persistence = self.destination.services.persistence
+                assert persistence is not None
+                persistence.acknowledge(self.destination.acknowledged(self, stored), None)
+        self._wake()
+
+    def discarded(self, entry: Entry) -> None:
+        """The client's egress queue discarded a delivery (discard-oldest)."""
+        message = entry.item
+        assert isinstance(message, Message)
+        self.pool.release(self.destination, [message])
+        if self.unacked is not None:
+            if self.unacked.pop(message.message_id, None) is None:
+                return
+            if self.written_order is not None:
+                self.written_order.pop(message.message_id, None)
+            self.limit.acknowledged(1)
+        self.journal.egress_discarded(self, message)
+        self.inflight_messages -= 1
+        self.inflight_bytes -= message.size
+        self._wake()
+
+    def end(self) -> list[Message]:
+        """The subscription ends: the deliveries still waiting in the client's egress are
+        taken back and returned (in auto mode they leave the window here, as no write
+        will free them)."""
+        self.ended = True
+        messages = [entry.item for entry in self.egress.queues.withdraw(self)]
+        self.pool.release(self.destination, messages)  # type: ignore[arg-type]
+        if self.unacked is None:
+            self.inflight_messages -= len(messages)
+            self.inflight_bytes -= sum(m.size for m in messages)  # type: ignore[attr-defined]
+        return messages  # type: ignore[return-value]
+
+    # -- acknowledgement -------------------------------------------------------------------
+
+    def take_acknowledged(self, message_id: str) -> list[Message]:
+        """Remove what an ACK/NACK of ``message_id`` covers (client mode: all written up to
+        it, in the order written).
+
+        The caller has checked that ``message_id`` is awaiting acknowledgement.
+        """
+        unacked = self.unacked
+        assert unacked is not None
+        order = self.written_order
+        if order is None or message_id not in order:
+            messages = [unacked.pop(message_id)]
+            if order is not None:
+                order.pop(message_id, None)
+        else:
+            covered = []
+            for key in order:
+                covered.append(key)
+                if key == message_id:
+                    break
+            for key in covered:
+                del order[key]
+            messages = [unacked.pop(key) for key in covered]
+        self._release(messages)
+        return messages
+
+    def take_unacked(self) -> list[Message]:
+        """Remove and return every unacknowledged message, oldest first."""
+        if not self.unacked:
+            return []
+        messages = list(self.unacked.values())
+        self.unacked.clear()
+        if self.written_order is not None:
+            self.written_order.clear()
+        self._release(messages)
+        return messages
+
+    def take_unacked_of(self, destination: str) -> list[Message]:
+        """Remove and return the unacknowledged messages of one destination, oldest first
+        (a wildcard subscription leaving it)."""
+        if not self.unacked:
+            return []
+        messages = [m for m in self.unacked.values() if m.destination == destination]
+        for message in messages:
+            del self.unacked[message.message_id]
+            if self.written_order is not None:
+                self.written_order.pop(message.message_id, None)
+        self._release(messages)
+        return messages
+
+    def _release(self, messages: list[Message]) -> None:
+        self.inflight_messages -= len(messages)
+        self.inflight_bytes -= sum(m.size for m in messages)
+        self.limit.acknowledged(len(messages))
+        self._wake()
+
+    def state(self) -> dict[str, object]:
+        """Flow-control state for the admin view."""
+        return {
+            "id": self.sub_id,
+            "destination": self.destination.name,
+            "ack": self.ack_mode,
+            "ready": self.ready,
+            "window_messages": self.window_messages,
+            "window_bytes": self.window_bytes,
+            "inflight_messages": self.inflight_messages,
+            "inflight_bytes": self.inflight_bytes,
+            "unacked": len(self.unacked) if self.unacked is not None else None,
+            "delivered": self.delivered,
+            "durable": "/".join(self.durable_key) if self.durable_key else None,
+            "replaying": self.replaying if self.durable_key else None,
+            "policy": self.policy,
+            "selector": self.selector.text if self.selector is not None else None,
+            "exclusive": self.exclusive,
+        }

@@ -1,0 +1,1 @@
+"""Advanced memory management: MemWatch, transaction memory, bounded work pools."""

@@ -1,0 +1,1 @@
+"""The persistent store as the server uses it: writer, group commit, cleanup."""

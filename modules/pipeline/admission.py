@@ -1,0 +1,87 @@
+"""The admission module: what every message must be before the server takes it.
+
+The first step of each pipeline. It checks that the sender may write to the
+destination (and create it, if it does not exist yet: ``modules/security/permissions.py``),
+resolves the destination (creating it on first use; a name that is not a queue
+or a topic is refused), counts the sender among the destination's producers
+(so that its watermarks can stop it), checks the class of service and the
+transaction, and sets the expiry: the ``expires`` header capped by the
+destination's ``maxttl``.
+"""
+
+from __future__ import annotations
+
+from wiremq.modules.destinations.destination import Destination
+from wiremq.modules.destinations.expiry import effective_expiry
+from wiremq.modules.errors import Refused
+from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
+from wiremq.modules.pipeline.chain import Batch, GivenBack, PipelineModule
+from wiremq.modules.security.permissions import CREATE, WRITE, Access
+
+SHUT_DOWN = Refused(
+    "destination shut down", "the destination accepts no new messages until it is resumed"
+)
+BAD_CLASS_OF_SERVICE = Refused(
+    "invalid class-of-service header", "class-of-service must be 1, 2 or 3"
+)
+
+
+class AdmissionModule(PipelineModule):
+    name = "admission"
+
+    def handle(self, batch: Batch) -> None:
+        admitted = []
+        # The last destination resolved, for whom, and its name: a run of messages of one
+        # sender to one destination is resolved, and its permissions checked, once.
+        resolved: Destination | None = None
+        sender: object = None
+        name = ""
+        for message in batch:
+            try:
+                target = message.target
+                if target is None:
+                    if message.destination != name or message.origin is not sender:
+                        name = ""  # until resolved: a refused name is asked again
+                        resolved = self._resolve(message.destination, message.origin)
+                        name, sender = message.destination, message.origin
+                    target = message.target = resolved
+                self._admit(message, target)  # type: ignore[arg-type]
+            except Refused as refusal:
+                self.context.refuse(message, refusal)
+                continue
+            admitted.append(message)
+        if type(batch) is not GivenBack:
+            self.context.journal.received(batch)
+        if admitted:
+            self.downstream.handle(admitted)
+
+    def _resolve(self, name: str, origin: object) -> Destination:
+        """The destination ``name`` names, if the sender may write to it (and create it,
+        if it does not exist yet)."""
+        destinations = self.context.destinations
+        access: Access | None = getattr(origin, "access", None)  # a client's; None: anyone
+        if access is None:
+            return destinations.resolve(name)
+        access.check(WRITE, name)
+        if destinations.get(name) is None:
+            access.check(CREATE, name)
+        return destinations.resolve(name)
+
+    def _admit(self, message: Message, target: Destination) -> None:
+        origin = message.origin
+        if origin is not None and origin not in target.producers:
+            if target.policy.shutdown:
+                raise SHUT_DOWN
+            target.add_producer(origin)  # type: ignore[arg-type]
+        headers = message.headers
+        if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:
+            raise BAD_CLASS_OF_SERVICE
+        if message.transaction is not None:
+            self.context.transactions.check(origin, message.transaction, target.domain)  # type: ignore[arg-type]
+        header = headers.get("expires")
+        max_ttl = target.policy.maxttl
+        if header is not None or max_ttl:
+            expires = effective_expiry(header, self.context.runtime.now_ms(), max_ttl)
+            if expires and header != str(expires):
+                headers["expires"] = str(expires)
+            message.expires = expires

@@ -1,0 +1,1 @@
+"""Logins, users and per-destination permissions."""
