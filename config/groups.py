@@ -139,6 +139,18 @@ class WalSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class HaSettings(SettingsGroup):
+    """HA: this node of an active/standby pair, its name and its lease's times."""
+
+    enabled: bool
+    node: str
+    leasetime: float
+    renewinterval: float
+    tryinterval: float
+    margin: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStoreSettings(SettingsGroup):
     """PersQueueFileStore: reading queue backlogs back and batching their removals."""
 
