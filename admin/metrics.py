@@ -175,14 +175,48 @@ WATERMARK_METRICS = (
 )
 
 
+HA_METRICS = (
+    Metric(
+        "wiremq_ha_active",
+        "gauge",
+        "1 while this node is the active of its HA pair, 0 otherwise",
+        lambda s: None if "ha" not in s else int(s["ha"]["role"] == "active"),
+    ),
+    Metric(
+        "wiremq_ha_lease_epoch",
+        "gauge",
+        "The HA lease's epoch as this node last read it (one more at every takeover)",
+        at("ha", "lease_epoch"),
+    ),
+    Metric(
+        "wiremq_ha_lease_expires_in_seconds",
+        "gauge",
+        "Time left on the HA lease by the database's clock, as this node last read it",
+        at("ha", "lease_expires_in"),
+    ),
+)
+HA_ROLE = Metric(
+    "wiremq_ha_role",
+    "gauge",
+    "This node's role in its HA pair (standby, taking-over, active, stopping), as a label",
+    at(),
+)
+
+
 def exposition(state: State) -> str:
-    """The text of ``/metrics`` for one state of the server."""
+    """The text of ``/metrics`` for one state of the server (on an HA standby, its HA part
+    alone)."""
     lines: list[str] = []
     for metric in SERVER_METRICS:
         _family(lines, metric, [({}, metric.read(state))])
+    if "ha" in state:
+        for metric in HA_METRICS:
+            _family(lines, metric, [({}, metric.read(state))])
+        role = {"node": state["ha"]["node"], "role": state["ha"]["role"]}
+        _family(lines, HA_ROLE, [(role, 1)])
     destinations = [
         ({"destination": d["name"], "kind": d["kind"]}, d)
-        for d in (*state["queues"], *state["topics"])
+        for d in (*state.get("queues", ()), *state.get("topics", ()))
     ]
     for metric in DESTINATION_METRICS:
         _family(lines, metric, [(labels, metric.read(d)) for labels, d in destinations])
@@ -205,8 +239,8 @@ def exposition(state: State) -> str:
 
 def _watermarks(state: State) -> list[Mapping[str, Any]]:
     """Every watermark once: the global ones, then each destination's own."""
-    seen: dict[str, Mapping[str, Any]] = {w["name"]: w for w in state["watermarks"]}
-    for destination in (*state["queues"], *state["topics"]):
+    seen: dict[str, Mapping[str, Any]] = {w["name"]: w for w in state.get("watermarks", ())}
+    for destination in (*state.get("queues", ()), *state.get("topics", ())):
         for watermark in destination["watermarks"]:
             seen.setdefault(watermark["name"], watermark)
     return list(seen.values())

@@ -21,10 +21,23 @@ STATUS_TEXT = {
     503: "the server is starting",
 }
 ALWAYS = (401, 403, 503)  # any route may answer these
+HEALTH = {  # answered without a login, for load balancers and probes (docs/ha.md)
+    "get": {
+        "operationId": "health",
+        "summary": "whether this node serves clients: 200 on a single server and on the "
+        "active node of an HA pair, 503 on a standby (naming the active) or while starting",
+        "tags": ["server"],
+        "security": [],
+        "responses": {
+            "200": {"description": "serving: {role, node, active, epoch} ({role: single})"},
+            "503": {"description": "not serving: {role: standby, node, active, epoch}"},
+        },
+    }
+}
 
 
 def openapi(routes: list[Route], version: str) -> dict[str, Any]:
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {"/api/health": HEALTH}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
     return {

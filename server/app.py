@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 import structlog
@@ -44,6 +44,10 @@ from wiremq.server.tls import TlsContextFactory
 from wiremq.server.websocket import WebSocketFactory
 from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
+from wiremq.stores.messagestore import RecordLog
+
+if TYPE_CHECKING:
+    from wiremq.server.ha import HaNode
 
 log = structlog.get_logger("wiremq.server")
 
@@ -90,6 +94,9 @@ class WiremqServer:
         self.transmit_bound = egress.tcptransmitbytes
         self.started_at = time.time()
         self.process = psutil.Process()
+        self.ha: HaNode | None = None  # this server's node of an HA pair (server/ha.py)
+        # In HA mode: whether the lease may be gone (socket writers then write nothing).
+        self.fenced: Callable[[], bool] | None = None
         settings.on_change(self._settings_changed)
 
     def _settings_changed(self, groups: frozenset[str]) -> None:
@@ -98,7 +105,7 @@ class WiremqServer:
         if "Server" in groups:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
-        if "WriteAheadLog" in groups:
+        if "WriteAheadLog" in groups and self.ha is None:  # HA: no local log to poll around
             self.runtime.sync_poll = WalSettings.read(self.settings, "WriteAheadLog").syncpoll
         for cleanup in self.cleanups:
             cleanup.interval_changed()
@@ -116,11 +123,15 @@ class WiremqServer:
             for scheme, listening in self.listening.items()
         }
 
-    def start(self) -> dict[str, int]:
-        """Open the store, restore what it holds, start listening; returns the bound ports."""
+    def start(
+        self, record_log: RecordLog | None = None, client_name: str | None = None
+    ) -> dict[str, int]:
+        """Open the store, restore what it holds, start listening; returns the bound ports.
+        ``record_log``, ``client_name``: in HA mode, the shared database's log and the name
+        of this process's connections (``server/ha.py``)."""
         data = Path(self.server.datadir)
         data.mkdir(parents=True, exist_ok=True)
-        self.store = open_store(self.settings)
+        self.store = open_store(self.settings, record_log, client_name)
         try:
             journal = data / JOURNAL_FOLDER
             self.core = Core(
@@ -320,6 +331,8 @@ class WiremqServer:
             "stomp_port": self.port,
             "config": self.config.path,
         }
+        if self.ha is not None:
+            state["ha"] = self.ha.state()
         return state
 
     @defer.inlineCallbacks

@@ -48,6 +48,7 @@ class StompProtocol(Protocol):
             server.clock,
             server.listener.closegrace,
             server.slow_subscribers.window,
+            server.fenced,
         )
         self.client = server.core.connect(
             self.egress,
