@@ -16,11 +16,16 @@ next to RelStorage's tables:
   record), the durability point in HA mode (``dblog.DatabaseLog``);
 
 and a trigger on ``wiremq_log`` that refuses, in the writing transaction
-itself, a record whose epoch is not the lease's: it reads the lease row
-``FOR SHARE``, so a takeover's ``UPDATE`` of the row waits for the records
-being written and every record written after it is refused (SQLSTATE
-``WQ001``). That is what fences a deposed active: not its own clock, the
-database.
+itself, a record whose epoch is not the lease's (SQLSTATE ``WQ001``). It takes
+the fence lock shared (a transaction-level advisory lock) before it reads the
+lease's epoch, and a takeover takes it exclusively before it bumps the epoch:
+the takeover waits for the records being written, and a record written after
+it waits for the takeover's commit and then reads the new epoch (a volatile
+function's query takes a fresh snapshot). That is what fences a deposed
+active: not its own clock, the database. The lock rather than reading the row
+``FOR SHARE``: the same order, without a row lock written (and WAL-logged) for
+every record or renewals of the lease waiting for records being written
+(measured in docs/architecture.md, "The log in the database").
 
 ``install`` makes them if they are missing (the first node to start does, under
 a transaction-level advisory lock so that two starting together do not race).
@@ -43,6 +48,7 @@ FENCED = "WQ001"  # SQLSTATE of a write refused because the lease moved on
 LOCK_SPACE = 0x776D71  # "wmq": the advisory locks' first key (RelStorage uses one-key locks)
 LEASE_LOCK = 1  # the lease's session lock: held by the active's lease connection
 INSTALL_LOCK = 2  # the schema's transaction lock
+FENCE_LOCK = 3  # shared by each log record's transaction, exclusive for a takeover's
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS wiremq_lease (
@@ -71,7 +77,8 @@ CREATE OR REPLACE FUNCTION wiremq_fence() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     current bigint;
 BEGIN
-    SELECT epoch INTO current FROM wiremq_lease FOR SHARE;
+    PERFORM pg_advisory_xact_lock_shared({LOCK_SPACE}, {FENCE_LOCK});
+    SELECT epoch INTO current FROM wiremq_lease;
     IF current IS DISTINCT FROM NEW.epoch THEN
         RAISE EXCEPTION 'wiremq: a log record of lease epoch % refused: the lease is at epoch %',
             NEW.epoch, current USING ERRCODE = '{FENCED}';

@@ -50,6 +50,7 @@ from psycopg2.extensions import connection as Connection
 
 from .errors import StoreError
 from .hadatabase import (
+    FENCE_LOCK,
     LEASE_LOCK,
     LOCK_SPACE,
     close_quietly,
@@ -210,6 +211,9 @@ class Lease:
                 if row is None or not (row.expired or row.released):
                     return None
             connection.autocommit = False
+            # The fence lock first: the records being written under the lease's epoch
+            # are committed, and those that come after wait for this transaction.
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_SPACE, FENCE_LOCK))
             cursor.execute(_ROW + " FOR UPDATE")
             row = _row(cursor.fetchone())
             reason = self._reason(row)

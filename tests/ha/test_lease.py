@@ -12,7 +12,7 @@ import pytest
 
 from wiremq.stores.dblog import DatabaseLog
 from wiremq.stores.errors import StoreError
-from wiremq.stores.hadatabase import Fenced
+from wiremq.stores.hadatabase import FENCE_LOCK, LOCK_SPACE, Fenced
 from wiremq.stores.lease import EXPIRED, FIRST, HOLDER_GONE, RELEASED, Lease
 
 LEASE = 1.0  # seconds: short, so that expiries come soon
@@ -219,6 +219,36 @@ def test_a_takeover_waits_for_a_record_being_written_and_refuses_those_after_it(
     assert refused.value.pgcode == "WQ001"
     slow.close()
     assert query(database, "SELECT lsn FROM wiremq_log") == [(1,)]
+
+
+def test_a_record_written_during_a_takeover_waits_for_it_and_is_refused(
+    leases, database: str
+) -> None:
+    a = leases("a")
+    assert a.try_take() == FIRST
+    takeover = psycopg2.connect(database)  # a takeover in progress: not committed yet
+    with takeover.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_SPACE, FENCE_LOCK))
+        cursor.execute("UPDATE wiremq_lease SET epoch = 2")
+    outcome: list[object] = []
+    log = writer(database, 1)
+    write = threading.Thread(target=lambda: outcome.append(_try(lambda: record(log, 1, b"x"))))
+    write.start()
+    write.join(0.5)
+    assert write.is_alive(), "the record did not wait for the takeover"
+    takeover.commit()
+    write.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], Fenced)
+    takeover.close()
+    log.close()
+    assert query(database, "SELECT count(*) FROM wiremq_log") == [(0,)]
+
+
+def _try(action: Callable[[], object]) -> object:
+    try:
+        return action()
+    except Exception as error:
+        return error
 
 
 def test_a_record_whose_connection_died_is_found_by_its_lsn_not_written_twice(
