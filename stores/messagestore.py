@@ -210,6 +210,7 @@ class WalStore:
             self._parts.append(_Part(topic_root, topic_session))  # type: ignore[arg-type]
             self._recover()
             self._state = self._load()
+            self._opened_positions = self._state.last_positions()
             self._wal.release(self._applied())
             self._wal.start(max(self._wal.last_lsn, *(p.applied for p in self._parts)) + 1)
         except BaseException as exc:
@@ -432,6 +433,9 @@ class WalStore:
 
     def destinations(self, prefix: str) -> list[str]:
         return self._state.destinations(prefix)
+
+    def opened_positions(self) -> dict[str, int]:
+        return dict(self._opened_positions)
 
     def wal_segments(self) -> list[Path]:
         """The log's segment files, oldest first (for the console and tests)."""

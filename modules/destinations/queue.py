@@ -725,11 +725,16 @@ class Queue(Destination):
     def _backlog_read(self, read: Read, batch: Batch) -> None:
         messages, expired = self.backlog.read_done(read, batch)
         self._read_back += len(messages)
+        persistence = self.services.persistence
+        assert persistence is not None
+        restored = persistence.restored_upto.get(self.name, 0)
         for seq, stored in messages:
             message = Message.from_stored(stored, seq)
             redeliveries = self.given_back_redeliveries.pop(seq, 0)
             if redeliveries:
                 message.redelivered_before(redeliveries)
+            elif seq <= restored:  # stored before a restart or takeover: maybe delivered
+                message.redelivered_before(1)
             self.arrivals = message.arrival = self.arrivals + 1
             self._cache_count(message.size)
             self._arrive(message)

@@ -191,6 +191,9 @@ class Persistence:
                 max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
             )
         )
+        # Messages stored before this process opened the store (a restart, an HA takeover)
+        # may have been delivered already: read back, they come flagged redelivered.
+        self.restored_upto: dict[str, int] = store.opened_positions()
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
         # Stored messages durable subscribers acknowledged past their stored position (an
