@@ -18,13 +18,19 @@ its last successful renewal was sent plus ``HA.leasetime`` less ``HA.margin``.
 The first turn of the loop past it, before any socket event is handled, steps
 down; so does a renewal that finds the lease another node's, a write the
 database refused (the fencing trigger), and a failed takeover. Meanwhile the
-socket writers write nothing (``SocketWriter.fenced``). Stepping down hands
-the journal's last records to its file and re-executes the process as a fresh
-standby: every client connection, listener and database session ends at once
-(every descriptor is closed on exec), nothing of the old active survives in
-memory, and the new process waits for the lease like any standby. What was
-receipted is in the database; what was not is gone with the process, as after
-``kill -9``.
+socket writers write nothing (``SocketWriter.fenced``). Stepping down
+re-executes the process as a fresh standby: every client connection, listener
+and database session ends at once (every descriptor is closed on exec),
+nothing of the old active survives in memory, and the new process waits for
+the lease like any standby. What was receipted is in the database; what was
+not is gone with the process, as after ``kill -9``.
+
+The journal tells the same however an active ends: its records go to their
+file on the thread that writes the log's records, each commit's record after
+the journal's records made before it (``StoreWriter.before_write``), so every
+change in the database was journaled before it got there, and an active that
+is killed or steps down loses only records of what never reached it (the audit
+reads such a run's end for what it is: docs/journal.md, "Across an HA pair").
 
 While the database does not answer a write (a restart, a failover of
 PostgreSQL itself), the log's writer tries again (``DatabaseLog``) and a gate
@@ -41,18 +47,23 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import structlog
 
 from wiremq.config.groups import HaSettings, StoreSettings, WalSettings, WatermarkLimits
+from wiremq.config.settings import Settings
 from wiremq.modules.flow.control import P2P, PUBSUB
 from wiremq.modules.flow.watermarks import Watermark
+from wiremq.server.stores import open_store
 from wiremq.server.syncpoll import SyncPoller
 from wiremq.stores.dblog import DatabaseLog
 from wiremq.stores.errors import StoreError, StoreOpenError
 from wiremq.stores.hadatabase import close_quietly, connect
 from wiremq.stores.lease import Lease, LeaseView
+from wiremq.stores.messagestore import WalStore
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -103,6 +114,9 @@ class HaNode:
         self._unreachable = False  # the lease thread's last renewal failed (logged once)
         server.ha = self
         server.runtime.sync_poll = 0.0  # no local log to poll around (docs/ha.md)
+        # The journal's files are written by the thread that writes the log's records,
+        # each commit's record after the journal's records made before it (_take_over).
+        server.runtime.shared["journal"] = "writer"
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -208,6 +222,9 @@ class HaNode:
             log.exception("ha.takeover_failed", node=self.name, error=str(error))
             self.step_down(f"the takeover failed: {error}")
         self._gate = self._store_gate()
+        core = self.server.core
+        assert core is not None and core.persistence is not None
+        core.persistence.writer.before_write = core.journal.flush
         self.role, self.since = ACTIVE, time.time()
         self.takeover_seconds = round(time.monotonic() - taken, 3)
         log.info(
@@ -271,15 +288,6 @@ class HaNode:
     def step_down(self, why: str = "its lease ran out") -> NoReturn:
         """Stop serving at once and start again as a standby (see the module docstring)."""
         log.warning("ha.stepping_down", node=self.name, epoch=self.lease.epoch, why=why)
-        core = self.server.core
-        if core is not None:
-            try:
-                core.journal.flush()
-                workers = self.server.runtime.workers
-                if "journal" in workers:
-                    workers["journal"].stop()  # its last records reach the file first
-            except Exception:  # nothing may keep this process serving
-                log.exception("ha.journal_not_flushed")
         restart(why)
 
     # -- stopping ---------------------------------------------------------------------------
@@ -347,3 +355,38 @@ def restart(why: str) -> NoReturn:
                 os.set_inheritable(fd, False)
     os.environ[STEPPED_DOWN] = why
     os.execv(sys.executable, sys.orig_argv)
+
+
+@contextmanager
+def stopped_pair_store(settings: Settings) -> Iterator[WalStore]:
+    """The store of an HA pair whose nodes are all stopped (``wiremq export``): this process
+    takes the lease (a ``StoreError`` while a node holds it), opens the store from the
+    shared database, and gives the lease back once the store is closed."""
+    ha = HaSettings.read(settings, "HA")
+    queues = StoreSettings.read(settings, "PersQueueFileStore")
+    session = f"wiremq export {os.getpid()} {os.urandom(3).hex()}"
+    lease = Lease(
+        queues.storageuri, f"{node_name(ha)} (export)", session, ha.leasetime, queues.connecttimeout
+    )
+    lease.open()
+    try:
+        if lease.try_take() is None:
+            holder = lease.view(0).holder
+            raise StoreError(f"{holder} holds the HA lease: stop every node of the pair first")
+        log = DatabaseLog(
+            queues.storageuri,
+            epoch=lease.epoch,
+            client_name=session,
+            connect_timeout=queues.connecttimeout,
+            lease_time=ha.leasetime,
+            retry_interval=ha.tryinterval,
+            keep_bytes=WalSettings.read(settings, "WriteAheadLog").segmentsize,
+        )
+        store = open_store(settings, log, session)
+        try:
+            yield store
+        finally:
+            store.close()
+        lease.release()
+    finally:
+        lease.close()

@@ -73,6 +73,10 @@ class StoreWriter:
         self.log = runtime.log_writer()
         self.worker = runtime.worker("writer")
         self._changed = changed
+        # Run on the event loop before a record goes to the writer worker (HA mode: the
+        # journal's records so far go to its file first, on the same thread, so that every
+        # change a store holds is journaled however the process ends; server/ha.py).
+        self.before_write: Callable[[], None] | None = None
         self._waiting: Work = []
         self._running = False
         self.commits = 0  # for statistics
@@ -111,6 +115,8 @@ class StoreWriter:
                 ),
             )
         else:
+            if self.before_write is not None:
+                self.before_write()
             self.worker.submit(
                 lambda: store.write(pending),
                 lambda _: self._finish(work, pending),
