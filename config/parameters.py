@@ -365,7 +365,8 @@ PARAMETERS += [
         int,
         16 * MIB,
         "Size of one file of the write-ahead log (in the data folder's wal/); a file goes "
-        "once the databases have applied everything in it",
+        "once the databases have applied everything in it (HA: the most of the log kept "
+        "in memory for the databases' catch-up)",
         unit="bytes",
         minimum=64 * KIB,
         maximum=1024 * MIB,
@@ -411,7 +412,7 @@ PARAMETERS += [
         "Longest time the event loop and the log's sync thread, with nothing else to do, "
         "poll for work instead of sleeping: the loop from the start of a sync (if the "
         "last one took no longer), both from its end, for the producers' next requests "
-        "(0: they always sleep)",
+        "(0: they always sleep; no effect in HA mode, where the log is in the database)",
         unit="s",
         minimum=0.0,
         maximum=0.01,

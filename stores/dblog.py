@@ -215,25 +215,22 @@ class DatabaseLog:
         return self._read_back(after, upto, max_bytes)
 
     def _read_back(self, after: int, upto: int, max_bytes: int) -> list[tuple[int, bytes]]:
-        sizes = self._query(
-            "SELECT lsn, length(record) FROM wiremq_log WHERE lsn > %s AND lsn <= %s "
-            "ORDER BY lsn LIMIT 100000",
-            (after, upto),
-        )
-        last, size = after, 0
-        for lsn, length in sizes:
-            if lsn != last + 1:
-                raise StoreError(f"record {last + 1} is missing from {self.folder}")
-            if last > after and size + length > max_bytes:
-                break
-            last, size = lsn, size + length
-        if last == after:
-            raise StoreError(f"record {after + 1} is missing from {self.folder}")
+        """Records after ``after`` from the table, in order, while those before each come
+        to less than ``max_bytes`` (so at least one); the LSNs must follow on."""
         rows = self._query(
-            "SELECT lsn, record FROM wiremq_log WHERE lsn > %s AND lsn <= %s ORDER BY lsn",
-            (after, last),
+            "SELECT lsn, record FROM (SELECT lsn, record, "
+            "sum(length(record)) OVER (ORDER BY lsn) - length(record) AS before "
+            "FROM wiremq_log WHERE lsn > %s AND lsn <= %s) AS log "
+            "WHERE before < %s ORDER BY lsn",
+            (after, upto, max_bytes),
         )
-        return [(int(lsn), bytes(record)) for lsn, record in rows]
+        found = [(int(lsn), bytes(record)) for lsn, record in rows]
+        for expected, (lsn, _) in enumerate(found, after + 1):
+            if lsn != expected:
+                raise StoreError(f"record {expected} is missing from {self.folder}")
+        if not found:
+            raise StoreError(f"record {after + 1} is missing from {self.folder}")
+        return found
 
     def skip(self, lsn: int) -> None:
         """Record ``lsn`` was applied from the caller's memory (each read says where it

@@ -13,7 +13,7 @@ import stomp
 
 from tests.ha.failover import QUEUE, Consumer, Ledger, Producer, drained
 from tests.ha.pair import WIREMQ, Node, Pair, ha_config, wait
-from tests.integration.clients import connect, free_port
+from tests.integration.clients import connect, fill, free_port
 from tests.integration.xaclient import XAResource
 
 CYCLES = 10  # kill -9 failovers in the test suite (bench/failover.py runs 50)
@@ -117,6 +117,32 @@ def test_a_prepared_xa_branch_is_committed_on_the_new_active(pair: Pair) -> None
     assert coordinator.recover() == []
     coordinator.close()
     consumer.disconnect()
+
+
+def test_a_durable_subscription_and_its_position_survive_a_kill_9(pair: Pair) -> None:
+    active = pair.wait_active()
+    durable = {"activemq.subscriptionName": "orders"}
+    subscriber, received = connect(active.stomp_port, **{"client-id": "dur"})
+    subscriber.subscribe(
+        "/topic/ha", id="s", ack="client-individual", headers={**durable, "receipt": "sub"}
+    )
+    assert received.wait_until(lambda: "sub" in received.receipts)
+    fill(active.stomp_port, "/topic/ha", ["t1", "t2", "t3", "t4"], persistent="true")
+    assert received.wait_until(lambda: received.bodies() == ["t1", "t2", "t3", "t4"])
+    for frame in received.messages[:2]:
+        subscriber.ack(frame.headers["ack"], receipt=f"ack-{frame.body}")
+    assert received.wait_until(lambda: {"ack-t1", "ack-t2"} <= set(received.receipts))
+    active.kill()
+    new = other(pair, active)
+    pair.wait_active(new)
+    again, replayed = connect(new.stomp_port, **{"client-id": "dur"})
+    again.subscribe("/topic/ha", id="s", ack="client-individual", headers=durable)
+    assert replayed.wait_until(lambda: replayed.bodies() == ["t3", "t4"])
+    assert all(m.headers["redelivered"] == "true" for m in replayed.messages)
+    fill(new.stomp_port, "/topic/ha", ["t5"], persistent="true")
+    assert replayed.wait_until(lambda: replayed.bodies() == ["t3", "t4", "t5"])
+    assert replayed.messages[-1].headers["redelivered"] == "false"
+    again.disconnect()
 
 
 def test_a_standby_keeps_its_ports_closed_and_answers_health_with_the_active(

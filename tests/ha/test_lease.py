@@ -193,6 +193,7 @@ def test_the_database_refuses_a_record_of_a_deposed_epoch(leases, database: str)
     assert sorted(rows) == [(1, 1, "one"), (2, 2, "two, by b")]
     assert new.records(1, 2, 1 << 20) == [(2, b"two, by b")]  # its own, from memory
     assert new.records(0, 2, 1 << 20) == [(1, b"one"), (2, b"two, by b")]  # read back
+    assert new.records(0, 2, 1) == [(1, b"one")]  # at least one, then within the bytes
     assert new.release(1) == 1
     old.close()
     new.close()
