@@ -111,7 +111,7 @@ class HaNode:
         self._thread: threading.Thread | None = None
         self._poller: SyncPoller | None = None
         self._gate: Watermark | None = None
-        self._unreachable = False  # the lease thread's last renewal failed (logged once)
+        self._unreachable = False  # the lease thread's last try or renewal failed (logged once)
         server.ha = self
         server.runtime.sync_poll = 0.0  # no local log to poll around (docs/ha.md)
         # The journal's files are written by the thread that writes the log's records,
@@ -162,7 +162,9 @@ class HaNode:
             try:
                 reason = self.lease.try_take()
             except StoreError as error:
-                log.warning("ha.lease_unreachable", node=self.name, error=str(error))
+                self._failed("ha.lease_unreachable", error)
+            else:
+                self._answered()
             self._refresh_view()
             if reason is None and self._stopping.wait(settings.tryinterval):
                 return
@@ -176,13 +178,9 @@ class HaNode:
         try:
             sent = self.lease.renew()
         except StoreError as error:
-            if not self._unreachable:
-                log.warning("ha.renewal_failed", node=self.name, error=str(error))
-            self._unreachable = True
+            self._failed("ha.renewal_failed", error)
             return
-        if self._unreachable:
-            log.info("ha.renewed", node=self.name)
-            self._unreachable = False
+        self._answered()
         if sent is None:
             self.lose("the lease is another node's now")
         else:
@@ -196,6 +194,17 @@ class HaNode:
         with self._deadline_lock:
             if not self._stopping.is_set() and self._poller is not None:
                 self._poller.deadline = sent + self.settings.leasetime - self.settings.margin
+
+    def _failed(self, event: str, error: StoreError) -> None:
+        """The database did not answer the lease thread: logged once until it does."""
+        if not self._unreachable:
+            log.warning(event, node=self.name, error=str(error))
+        self._unreachable = True
+
+    def _answered(self) -> None:
+        if self._unreachable:
+            log.info("ha.lease_reachable", node=self.name)
+        self._unreachable = False
 
     def _refresh_view(self) -> None:
         with contextlib.suppress(StoreError):  # the last one read stays until it answers

@@ -173,8 +173,8 @@ def test_the_active_paused_past_its_lease_neither_serves_nor_writes_when_it_wake
     pair = Pair(
         tmp_path,
         database,
-        HA__leasetime=2.0,
-        HA__renewinterval=0.2,
+        HA__leasetime=3.0,  # the active stops 2.5 s after its last renewal: not too
+        HA__renewinterval=0.2,  # soon for a loaded machine, and the test stays short
         HA__margin=0.5,
         HA__tryinterval=0.2,
     )
