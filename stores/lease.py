@@ -268,14 +268,15 @@ class Lease:
         return None
 
     def _end_sessions(self, cursor: psycopg2.extensions.cursor, session: str) -> None:
-        """End the previous holder's database sessions (waiting up to a second for each)."""
+        """End the previous holder's database sessions, waiting for each to end at most
+        the lease's length (PostgreSQL 14 or later)."""
         if session == self.session:
             return
         try:
             cursor.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000)) "
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, %s)) "
                 "FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (session,),
+                (round(self.lease_time * 1000), session),
             )
             ended = cursor.fetchone()[0]  # type: ignore[index]
         except psycopg2.Error as exc:
