@@ -774,10 +774,13 @@ def _not_postgresql(queues: object, topics: object) -> str:
         for group, uri in (("PersQueueFileStore", queues), ("TopicFileStore", topics))
         if not _postgresql(uri)
     ]
+    verb = "is not a postgresql://user:password@host:port/db URI"
+    if len(wrong) > 1:
+        verb = "are not postgresql://user:password@host:port/db URIs"
     return (
         "HA.enabled needs both stores in PostgreSQL, where every node sees them, but "
         + " and ".join(wrong)
-        + " is not a postgresql://user:password@host:port/db URI"
+        + f" {verb}"
     )
 
 
