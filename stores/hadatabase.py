@@ -151,15 +151,25 @@ def install(connection: Connection) -> None:
         connection.autocommit = True
 
 
+_TRY_AGAIN = (
+    "08",  # connection exceptions
+    "57P",  # the server shutting down, restarting, or its backend terminated
+    "25006",  # a read-only transaction: a primary demoted in a failover of PostgreSQL
+    "53300",  # too many connections
+)
+
+
 def lost_connection(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection is gone (try again on a new one), rather than
-    an answer of the database."""
+    """Whether ``exc`` means this connection cannot serve (try again on a new one), rather
+    than an answer to what was asked."""
     if isinstance(exc, psycopg2.InterfaceError):
         return True
-    if isinstance(exc, psycopg2.OperationalError):
+    if isinstance(exc, psycopg2.Error):
         code = exc.pgcode or ""
-        # No code: the socket failed. 57P01-03: the server is shutting down or restarting.
-        return not code or code.startswith(("57P", "08"))
+        # No code: the socket failed (an OperationalError without an answer).
+        return (not code and isinstance(exc, psycopg2.OperationalError)) or code.startswith(
+            _TRY_AGAIN
+        )
     return False
 
 
