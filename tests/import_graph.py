@@ -3,8 +3,8 @@
 Every ``import`` and ``from ... import`` of a file counts, wherever it is: at
 the top, inside ``if TYPE_CHECKING:`` or inside a function. A cycle through
 type-hint-only imports does not fail at run time, but it still says two
-modules each need the other to be understood: ``tests/unit/test_layout``
-checks there is none.
+modules each need the other to be understood (``tests/unit/test_import_cycles``
+keeps them from spreading).
 
     .venv/bin/python -m tests.import_graph        # prints the cycles, if any
 """
