@@ -73,6 +73,11 @@ class AckNaming(Enum):
     ID_IF_GIVEN = "id if given"  # by its id if given, else any subscription (STOMP 1.0)
 
 
+# Read once: an enum member read from its class costs a good part of an ACK's handling.
+_BY_NUMBER = AckNaming.NUMBER
+_BY_ID = AckNaming.ID
+
+
 class SessionSubscriptions:
     """The subscriptions of one session (see the module docstring); the
     ``SlowSubscriberDrop`` of each."""
@@ -349,7 +354,8 @@ class SessionSubscriptions:
         """Store what acknowledgements changed; ``receipt`` is answered once it is stored."""
         persistence = self.persistence
         if persistence is None or changes.empty:
-            self.progress.answer(receipt)
+            if receipt is not None:
+                self.progress.answer(receipt)
             return
         if receipt is None:
             persistence.acknowledge(changes, None)
@@ -361,7 +367,7 @@ class SessionSubscriptions:
         """The subscription an ACK/NACK refers to (see ``AckNaming``)."""
         candidates: list[Subscription]
         naming = self.ack_naming
-        if naming is AckNaming.NUMBER:
+        if naming is _BY_NUMBER:
             found = self._by_number.get(name or "")
             candidates = [found] if found is not None else []
         elif name is not None:
@@ -374,7 +380,7 @@ class SessionSubscriptions:
                 return subscription
         command = "NACK" if nack else "ACK"
         where = "on this connection"
-        if naming is AckNaming.ID and name is not None:
+        if naming is _BY_ID and name is not None:
             where = f"on subscription {name[:200]!r}"
             if any(s.unacked is not None and message_id in s.unacked for s in self.by_id.values()):
                 where += " (it awaits acknowledgement on another subscription)"
