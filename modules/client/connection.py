@@ -141,7 +141,8 @@ class ClientConnection:
         each waits until what came before it is done (the messages sent before it are
         where they were going), and what comes after waits for it to be done (a durable
         subscription stored; for CONNECT, its login checked): the rest is held, and the
-        socket not read, meanwhile."""
+        socket not read, meanwhile. Once the client is failing (an ERROR is on its way),
+        nothing more it sent acts: not even a SEND read behind a refused CONNECT."""
         core = self.core_session
         progress = core.progress
         sender = core.sender
@@ -162,6 +163,8 @@ class ClientConnection:
                     )
                     continue
             self._submit()
+            if self._failing:
+                break  # the client is told it failed: nothing it sent after that acts
             ordered = type(event) in _ORDERED
             if ordered and progress.count and not self._failing:
                 self._hold(events[index:])
@@ -239,7 +242,8 @@ class ClientConnection:
     def _submit(self) -> None:
         if self._sends:
             batch, self._sends = self._sends, []
-            self.core_session.send(self._sends_domain, batch)
+            if not self._failing:  # else they came after what failed: they do not act
+                self.core_session.send(self._sends_domain, batch)
 
     # -- SessionCallback -------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.net import Net, Peer, frame, send_frame
+from tests.defaults import EGRESS_LIMITS
+from tests.unit.net import FakeReader, FakeWriter, Net, Peer, frame, send_frame
+from wiremq.modules.client.egress import Egress
 from wiremq.modules.security.users import UsersFile
 
 ALICE = {"login": "alice", "passcode": "alice-pw"}
@@ -281,3 +283,22 @@ def test_removing_a_durable_subscription_needs_create_on_its_topic(make_net):
     bob.feed(frame("UNSUBSCRIBE", {"id": "d", "durable": "true", "receipt": "gone"}))
     assert error_of(bob)["message"] == "permission denied: create /topic/t"
     assert ("shared", "d") in net.core.persistence.durables
+
+
+def test_what_follows_a_refused_connect_in_the_same_read_does_not_act(make_net):
+    """A CONNECT refused at once (too many connections from the address) leaves the client
+    unknown: a SEND it pipelined behind it must not reach a destination unchecked."""
+    net = make_net({"StompListener.maxconnectionsperaddress": 1})
+    users = with_users(net)
+    users.grant("alice", None, "/queue/orders", ["read", "write", "create"])
+    Peer(net, "10.0.0.1:1", login=ALICE)
+    egress = Egress(net.outbox, EGRESS_LIMITS)
+    writer = FakeWriter(egress)
+    intruder = net.core.connect(egress, "10.0.0.1:2", FakeReader(), net.clock())
+    intruder.data_received(
+        frame("CONNECT", {"accept-version": "1.2"}) + send_frame("/queue/orders", "forged"),
+        net.clock(),
+    )
+    net.settle()
+    assert [f.headers["message"] for f in writer.frames] == ["too many connections"]
+    assert "/queue/orders" not in net.core.destinations.queues
