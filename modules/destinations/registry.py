@@ -11,7 +11,11 @@ from wiremq.config.groups import (
     IdleDestinationSettings,
     LiveBufferSettings,
 )
-from wiremq.modules.destinations.destination import Destination, DestinationServices, domain_of
+from wiremq.modules.destinations.destination import (
+    Destination,
+    DestinationServices,
+    require_domain,
+)
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, matches
@@ -44,11 +48,7 @@ class Destinations:
         found = self.queues.get(name) or self.topics.get(name)
         if found is not None:
             return found
-        domain = domain_of(name)
-        if domain is None:
-            raise Refused(
-                "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
-            )
+        domain = require_domain(name)
         kind = "queue" if domain == P2P else "topic"
         suffix = name[len(kind) + 2 :]
         if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from wiremq.config.groups import EgressSettings
 
@@ -100,18 +100,26 @@ def queue_limits(settings: EgressSettings) -> tuple[QueueLimits, ...]:
     return (burst, burst, burst, burst, QueueLimits(settings.maxdepth, settings.g1minmsgburst))
 
 
+class EntryOwner(Protocol):
+    """Who queued entries (a subscription): told, once per run of its entries written,
+    which of its items went out, and of each entry discarded."""
+
+    def written(self, items: list[Any]) -> None: ...
+    def discarded(self, entry: Entry) -> None: ...
+
+
 class Entry(NamedTuple):
     """One frame waiting: ``head`` + ``tail`` on the wire, and who delivered it.
 
-    ``owner`` and ``item`` are opaque here (the subscription and the message,
-    or None for control frames); the writer tells the owner when the entry was
-    written, and a discard tells it which item was lost. A tuple, built without the
-    NamedTuple's Python-level ``__new__``: one is made per frame sent, on the hot path.
+    ``item`` is opaque here (the message, or None for a control frame); its owner
+    (None for a control frame) is told when the entry was written, or that it was
+    discarded. A tuple, built without the NamedTuple's Python-level ``__new__``: one
+    is made per frame sent, on the hot path.
     """
 
     head: bytes
     tail: bytes
-    owner: object
+    owner: EntryOwner | None
     work: int
     item: object
 
@@ -191,7 +199,12 @@ class EgressQueues:
         self._on_discard = on_discard
 
     def enqueue(
-        self, queue: int, head: bytes, tail: bytes, owner: object = None, item: object = None
+        self,
+        queue: int,
+        head: bytes,
+        tail: bytes,
+        owner: EntryOwner | None = None,
+        item: object = None,
     ) -> None:
         """Queue a frame on ``queue`` (an ``EgressQueue``); see the module docstring."""
         q = self._queues[queue]
