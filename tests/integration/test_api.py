@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
+from wiremq.config.groups import ServerSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.modules.security.users import UsersFile
 
@@ -145,7 +146,7 @@ def test_changing_a_live_parameter_applies_it_and_writes_config_xml(console, tmp
     changed = api.set_parameter("VolQueueStoreImpl.globalbytehighwatermark", 20_000_000)
     assert changed["applied"] is True and changed["value"] == 20_000_000
     assert server.settings.get("VolQueueStoreImpl", "globalbytehighwatermark") == 20_000_000
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     assert 'globalbytehighwatermark="20000000"' in config.read_text()
     again = api.set_parameter("VolQueueStoreImpl.globalbytehighwatermark", "30000000")
     assert again["value"] == 30_000_000

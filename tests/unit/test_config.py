@@ -92,9 +92,9 @@ def test_suggest_names_the_closest_parameter_or_lists_them():
 
 def test_settings_start_from_defaults_and_take_overrides():
     settings = Settings(TEST_REGISTRY, {"G.count": 7})
-    assert settings.get_int("g", "COUNT") == 7
-    assert settings.get_float("G", "ratio") == 0.5
-    assert settings.get_str("G", "mode") == "fast"
+    assert settings.get("g", "COUNT") == 7
+    assert settings.get("G", "ratio") == 0.5
+    assert settings.get("G", "mode") == "fast"
     settings.set("g.ratio", 1.0)
     assert dict(settings.items())["G.ratio"] == 1.0
 
