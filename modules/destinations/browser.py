@@ -99,7 +99,7 @@ class QueueBrowser:
             self.name,
             self.store_after,
             self.queue.backlog.settings.readmsgamount,
-            persistence.queue_cache_limit,
+            persistence.queue_live_buffer_limit,
             self._read_done,
             self._read_failed,
         )

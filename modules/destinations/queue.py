@@ -91,7 +91,7 @@ class Queue(Destination):
             counts,
             self.selective_dispatch,
             services.expiry,
-            self._read_back,
+            self._arrived_from_store,
         )
         self.redelivery = Redelivery(name, runtime, services.dead_letters, self._return)
         self.sweeps = QueueSweeps(
@@ -138,16 +138,16 @@ class Queue(Destination):
 
     def _arrive(self, message: Message) -> None:
         """A message is in memory now: listed, or kept for routing (selective dispatch)."""
-        _placed(message)
+        _read_level_and_group(message)
         if message.group is not None:
             self.uses_groups = True
             self._set_selective(True)
         if self.selective:
-            self.selective_dispatch.fresh.append(message)
+            self.selective_dispatch.unrouted.append(message)
         else:
             self.main.append(message)
 
-    def _read_back(self, messages: list[Message]) -> None:
+    def _arrived_from_store(self, messages: list[Message]) -> None:
         """Messages a read brought back from the store are in memory now; dispatched."""
         for message in messages:
             self.arrivals = message.arrival = self.arrivals + 1
@@ -156,7 +156,7 @@ class Queue(Destination):
 
     @property
     def received(self) -> int:
-        return self.arrivals - self.reads.read_back
+        return self.arrivals - self.reads.messages_read
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -217,7 +217,7 @@ class Queue(Destination):
         main = self.main
         if selective:  # from now on entries may go stale: each message knows its home
             for message in main:
-                _placed(message)
+                _read_level_and_group(message)
                 message.home = main
             main.checks = True
         else:  # the plain way lists no stale entry, and reads no home
@@ -294,7 +294,7 @@ class Queue(Destination):
         if not messages:
             return
         for message in messages:
-            _placed(message)
+            _read_level_and_group(message)
         for message in sorted(messages, key=delivery_order):
             self.counts.came_back(message)
             self._put_back(message)
@@ -312,7 +312,7 @@ class Queue(Destination):
         persistence = self.services.persistence
         return (
             not self.main
-            and not self.selective_dispatch.fresh
+            and not self.selective_dispatch.unrouted
             and not self.groups
             and not self.groups.reserved
             and not self.redelivery.delayed
@@ -345,7 +345,7 @@ class Queue(Destination):
             "volatile_messages": len(volatile),
             "volatile_bytes": sum(m.size for m in volatile),
             "live_buffer_messages": len(waiting) - len(volatile),
-            "live_buffer_bytes": self.counts.cache_bytes,
+            "live_buffer_bytes": self.counts.live_buffer_bytes,
             "backlog_in_store": self.backlog.after is not None,
             "redelivery_delayed": self.redelivery.delayed,
         }
@@ -389,7 +389,7 @@ class Queue(Destination):
         self.backlog.purged(upto)
 
 
-def _placed(message: Message) -> None:
+def _read_level_and_group(message: Message) -> None:
     """What the selective way reads of a message: its priority and its group."""
     message.level = message.priority
     message.group = message.headers.get(GROUP)

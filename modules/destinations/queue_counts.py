@@ -2,8 +2,8 @@
 
 A queue's non-persistent messages are counted in the VolQueueStore and its
 watermarks (the global one and the queue's own); its persistent ones in the
-queue live buffer (``cache_bytes``, bounded by persqueuebytehighwatermark)
-and the global one (``Persistence.cache_bytes``). The live buffer is counted
+queue live buffer (``live_buffer_bytes``, bounded by persqueuebytehighwatermark)
+and the global one (``Persistence.live_buffer_bytes``). The live buffer is counted
 at once, since whether the next persistent message stays in memory depends on
 it; the VolQueueStore and its watermarks are told once per dispatch, not per
 message, so that a message passing straight through moves nothing
@@ -32,7 +32,7 @@ class QueueCounts:
         "own_volatile",
         "unreported_volatile",
         "persistence",
-        "cache_bytes",
+        "live_buffer_bytes",
     )
 
     def __init__(
@@ -45,7 +45,7 @@ class QueueCounts:
         # the VolQueueStore and its watermarks have not been told of yet.
         self.unreported_volatile = [0, 0]
         self.persistence = persistence
-        self.cache_bytes = 0  # persistent messages in memory (the queue live buffer)
+        self.live_buffer_bytes = 0  # its persistent messages in memory
 
     def report_volatile(self) -> None:
         """Tell the VolQueueStore and its watermarks what came in and went out since they
@@ -58,16 +58,17 @@ class QueueCounts:
             store.bytes += unreported[1]
             unreported[0] = unreported[1] = 0
 
-    def cached(self, nbytes: int) -> None:
-        """Bytes of persistent messages entering (positive) or leaving (negative) memory."""
-        self.cache_bytes += nbytes
+    def live_buffer_add(self, nbytes: int) -> None:
+        """Bytes of persistent messages entering (positive) or leaving (negative) the live
+        buffer."""
+        self.live_buffer_bytes += nbytes
         assert self.persistence is not None
-        self.persistence.cache_bytes += nbytes
+        self.persistence.live_buffer_bytes += nbytes
 
     def left_memory(self, message: Message) -> None:
         """A message leaves memory (delivered, expired, given back, taken by an operator)."""
         if message.store_seq:
-            self.cached(-message.size)
+            self.live_buffer_add(-message.size)
         else:
             unreported = self.unreported_volatile
             unreported[0] -= 1
@@ -76,7 +77,7 @@ class QueueCounts:
     def came_back(self, message: Message) -> None:
         """A message comes back into memory (redelivered)."""
         if message.store_seq:
-            self.cached(message.size)
+            self.live_buffer_add(message.size)
         else:
             unreported = self.unreported_volatile
             unreported[0] += 1

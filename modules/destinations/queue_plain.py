@@ -48,7 +48,7 @@ class PlainDispatch:
         main = self.main
         levels = main.levels
         now_ms = 0
-        taken = taken_bytes = cached_bytes = 0  # what left memory, for the counts
+        taken = taken_bytes = live_buffer_out = 0  # what left memory, for the counts
         expired: list[Message] = []
         blocked = False
         for priority in range(main.high, main.low - 1, -1):
@@ -72,7 +72,7 @@ class PlainDispatch:
                     break
                 level.popleft()
                 if message.store_seq:
-                    cached_bytes += message.size
+                    live_buffer_out += message.size
                 else:
                     taken += 1
                     taken_bytes += message.size
@@ -80,8 +80,8 @@ class PlainDispatch:
             if blocked:
                 break
         counts = self.counts
-        if cached_bytes:
-            counts.cached(-cached_bytes)
+        if live_buffer_out:
+            counts.live_buffer_add(-live_buffer_out)
         for message in expired:
             counts.left_memory(message)
         unreported = counts.unreported_volatile

@@ -55,7 +55,7 @@ class BacklogReads:
         self.selective = selective  # whose filters a read may be for
         self.expiry = expiry
         self.arrived = arrived  # what a read brought, for the queue to place and dispatch
-        self.read_back = 0  # messages read back (not new arrivals)
+        self.messages_read = 0  # messages read back (not new arrivals)
 
     def keep_in_memory(self, message: Message) -> bool:
         """Whether a new persistent message stays in memory (counted in the live buffer),
@@ -64,14 +64,14 @@ class BacklogReads:
         assert persistence is not None
         size = message.size
         backlog = self.backlog
-        if persistence.cache_bytes + size <= persistence.cache_limit and (
+        if persistence.live_buffer_bytes + size <= persistence.live_buffer_limit and (
             (
                 backlog.after is None
-                and self.counts.cache_bytes + size <= persistence.queue_cache_limit
+                and self.counts.live_buffer_bytes + size <= persistence.queue_live_buffer_limit
             )
             or (backlog.after is not None and self.selective.filters and self._awaited(message))
         ):
-            self.counts.cached(size)
+            self.counts.live_buffer_add(size)
             return True
         backlog.leave(message.store_seq, message.priority)
         return False
@@ -89,7 +89,7 @@ class BacklogReads:
         """Whether the store holds messages of a higher priority than any waiting in
         memory: they are read first, and nothing is delivered until they are in."""
         best = self.selective.best_waiting()
-        return self.backlog.higher_priority(self.counts.cache_bytes == 0, best) is not None
+        return self.backlog.higher_priority(self.counts.live_buffer_bytes == 0, best) is not None
 
     def read_more(self) -> None:
         """Read from the store what consumers need next, if they need any."""
@@ -97,13 +97,13 @@ class BacklogReads:
         assert persistence is not None
         hungry = self.selective.hungry()
         backlog = self.backlog
-        cache_bytes = self.counts.cache_bytes
-        read = backlog.next_read(cache_bytes == 0, self.selective.best_waiting(), hungry, _selects)
+        in_memory = self.counts.live_buffer_bytes
+        read = backlog.next_read(in_memory == 0, self.selective.best_waiting(), hungry, _selects)
         if read is None:
             return
         backlog.read_under_way = True
-        limit = persistence.queue_cache_limit
-        room = max(1, limit - cache_bytes if read.match is None else limit)
+        limit = persistence.queue_live_buffer_limit
+        room = max(1, limit - in_memory if read.match is None else limit)
         persistence.read(
             self.name,
             read.after,
@@ -119,7 +119,7 @@ class BacklogReads:
         found, expired = self.backlog.read_done(read, batch)
         if expired and self.backlog.settings.expiryonread:
             self.expiry.expired_stored([((self.name, seq), m) for seq, m in expired])
-        self.read_back += len(found)
+        self.messages_read += len(found)
         given_back_redeliveries = self.backlog.given_back_redeliveries
         messages = []
         for seq, stored in found:
@@ -127,7 +127,7 @@ class BacklogReads:
             redeliveries = given_back_redeliveries.pop(seq, 0)
             if redeliveries:
                 message.redelivered_before(redeliveries)
-            self.counts.cached(message.size)
+            self.counts.live_buffer_add(message.size)
             messages.append(message)
         self.arrived(messages)
 

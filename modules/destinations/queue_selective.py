@@ -52,8 +52,8 @@ class SelectiveDispatch:
         self.filters: dict[str, Filter] = {}  # the others, by selector text
         self.matcher = Matcher()
         self.exclusive: list[Subscription] = []  # exclusive consumers, the first one active
-        self.fresh: list[Message] = []  # arrived, not yet routed
-        self.expiring: list[Message] = []  # met expired, for the queue to handle
+        self.unrouted: list[Message] = []  # arrived since the last dispatch
+        self.met_expired: list[Message] = []  # for the queue to handle
         self.serve_all = False  # every consumer is to look at its list (not only arrivals)
         self.served = 0  # consumers served, for fairness between filters
 
@@ -67,23 +67,23 @@ class SelectiveDispatch:
         from its list (only if ``deliver``: else what arrives is listed and waits); returns
         the expired messages met. A consumer that can take something listed for it was
         skipped when it could not, and its wake-up serves everyone."""
-        if self.fresh:
-            fresh, self.fresh = self.fresh, []
-            if any(m.level != DEFAULT for m in fresh):
-                fresh.sort(key=lambda m: -m.level)  # stable: arrival order within one
-            for message in fresh:
+        if self.unrouted:
+            unrouted, self.unrouted = self.unrouted, []
+            if any(m.level != DEFAULT for m in unrouted):
+                unrouted.sort(key=lambda m: -m.level)  # stable: arrival order within one
+            for message in unrouted:
                 self.route(message, False, deliver)
         if not deliver:
             self.serve_all = True  # what was listed meanwhile waits for the consumers
         elif self.serve_all:
             self.serve_all = False
             self._serve()
-        expired, self.expiring = self.expiring, []
+        expired, self.met_expired = self.met_expired, []
         return expired
 
     def best_waiting(self) -> int:
         """The highest priority waiting in memory (-1: none)."""
-        return max([self.main.best(), *(m.level for m in self.fresh)])
+        return max([self.main.best(), *(m.level for m in self.unrouted)])
 
     def hungry(self) -> list[Filter]:
         """The filters with a ready consumer and nothing waiting for them in memory."""
@@ -309,4 +309,4 @@ class SelectiveDispatch:
         """An expired message met while dispatching: it leaves memory, never delivered."""
         message.home = None
         self.counts.left_memory(message)
-        self.expiring.append(message)
+        self.met_expired.append(message)

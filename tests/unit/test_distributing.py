@@ -53,7 +53,7 @@ def test_a_persistent_unmatched_backlog_read_back_from_the_store_does_not_starve
     )
     producer.send("/queue/pdeep", "wanted", {"kind": "signal", **PERSISTENT})
     queue = net.queue("/queue/pdeep")
-    assert queue.backlog_start() is not None and queue.counts.cache_bytes <= 2000
+    assert queue.backlog_start() is not None and queue.counts.live_buffer_bytes <= 2000
     consumer.subscribe("/queue/pdeep", ack="client-individual", selector="kind = 'signal'")
     assert consumer.bodies() == ["wanted"]
     consumer.ack(consumer.messages[0])
@@ -510,7 +510,7 @@ def test_a_queue_stuck_with_unselected_messages_does_not_remember_every_pulled_o
             consumer.ack(message)
         consumer.writer.frames.clear()
     assert received == [f"m{i}" for i in range(300)]
-    assert queue.counts.cache_bytes > 0 and queue.backlog.after is not None  # the junk stays
+    assert queue.counts.live_buffer_bytes > 0 and queue.backlog.after is not None  # the junk stays
     assert len(queue.backlog.pulled) <= 2 * 20  # swept: not one per message taken
 
 
