@@ -15,10 +15,10 @@ its other jobs is a small object it owns, handed only what that job needs:
   watermarks and the live buffer's bounds look;
 - ``PlainDispatch`` (``queue_plain.py``): the *plain* way, while every
   consumer takes everything: round-robin, in priority order;
-- ``SelectiveDispatch`` (``queue_selective.py``): the *selective* way, once a
-  consumer has a selector or is exclusive, or a message group was seen (for
-  good, then): each waiting message knows its ``level``, ``group`` and
-  ``home`` list from then on (``_set_selective``);
+- ``SelectiveDispatch`` (``queue_selective.py``): the *selective* way, while a
+  consumer has a selector or is exclusive, and for good once a message group
+  was seen: each waiting message knows its ``level``, ``group`` and ``home``
+  list then (``_set_selective``);
 - ``StoreBacklog`` (``backlog.py``) and ``BacklogReads``
   (``queue_reads.py``): what is left in the store, and reading it back;
 - ``Redelivery`` (``queue_redelivery.py``): messages that come back
@@ -56,6 +56,8 @@ from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 
 class Queue(Destination):
+    """A queue and the parts that do its jobs (see the module docstring)."""
+
     domain = P2P
     OWN_WATERMARKS = (
         ("own_volatile", "VolQueueStore", "VolQueueStoreImpl", ""),
