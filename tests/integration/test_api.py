@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.clients import connect, fill, until
@@ -473,6 +473,7 @@ JSON_VALUES = st.recursive(
     key=st.sampled_from([p.key for p in REGISTRY]),
     body=st.one_of(JSON_VALUES, st.fixed_dictionaries({"value": JSON_VALUES})),
 )
+@example(key="Server.datadir", body={"value": "\x08"})  # no XML can hold it
 def test_any_json_put_to_a_parameter_is_taken_or_refused_with_400(console, key, body):
     server, api = console
     raw = json.dumps(body).encode()

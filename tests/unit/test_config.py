@@ -77,6 +77,14 @@ def test_parse_refuses_with_what_is_allowed(param, text, allowed):
     assert allowed in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["\x08", "a\x00b", "\x1b[0m", "\ufffe", "\ud800"])
+def test_text_config_xml_cannot_hold_is_refused(text):
+    """config.xml (XML 1.0) cannot hold control characters other than tab and line ends,
+    nor lone surrogates: such a value could never be saved, so it is no value."""
+    with pytest.raises(ValueError, match="control characters"):
+        NAME.check(text)
+
+
 def test_nan_is_out_of_range():
     with pytest.raises(ValueError):
         REGISTRY.get("StompListener", "heartbeatgrace").parse("nan")
