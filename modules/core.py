@@ -275,7 +275,7 @@ class Core:
                 gate.gauge.bytes for domain in DOMAINS for gate in flow.gates[domain][2:]
             )
             + self.spool.pending.total_bytes(),
-            "queue live buffers": persistence.cache_bytes if persistence is not None else 0,
+            "queue live buffers": persistence.live_buffer_bytes if persistence is not None else 0,
             "VolQueueStore": flow.volatile.gauge.bytes,
             "topic live buffers": flow.live.gauge.bytes,
             "durable replays": self.replays.reading_bytes,

@@ -151,16 +151,17 @@ class Destinations:
         settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
         with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
             for queue in list(self.queues.values()):
-                run.scanned += queue.sweep_volatile(now_ms)
+                run.scanned += queue.sweeps.sweep_volatile(now_ms)
 
     def sweep_live_buffers(self) -> None:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""
         now_ms = self.services.runtime.now_ms()
+        now = self.services.runtime.monotonic()
         idle_for = LiveBufferSettings.read(
             self.services.settings, "DestinationManager"
         ).qlbcleanuptimetolive
         for queue in list(self.queues.values()):
-            queue.sweep_cache(now_ms, idle_for)
+            queue.sweeps.sweep_live_buffer(now_ms, now - queue.last_dispatch > idle_for)
 
     def sweep_idle(self) -> None:
         """Remove the destinations nobody uses (``Destination.unused``) that have not

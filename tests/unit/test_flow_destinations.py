@@ -15,7 +15,7 @@ from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
 
 def _volatile_count(net: Net, name: str) -> int:
-    return net.core.volatile.count(name)
+    return net.core.volatile.counter(name).messages
 
 
 # -- watermarks that stop producers ---------------------------------------------------------
