@@ -26,7 +26,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -249,9 +248,6 @@ class DatabaseLog:
 
     def prepare(self) -> None:
         """Nothing to prepare (no files)."""
-
-    def segments(self) -> list[Path]:
-        return []
 
     def _query(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """Rows of a query on the store worker's connection; ``StoreError`` if it failed

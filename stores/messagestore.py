@@ -90,7 +90,6 @@ class RecordLog(Protocol):
     def skip(self, lsn: int) -> None: ...
     def release(self, upto: int) -> int: ...
     def prepare(self) -> None: ...
-    def segments(self) -> list[Path]: ...
     def close(self) -> None: ...
 
 
@@ -436,10 +435,6 @@ class WalStore:
 
     def opened_positions(self) -> dict[str, int]:
         return dict(self._opened_positions)
-
-    def wal_segments(self) -> list[Path]:
-        """The log's segment files, oldest first (for the console and tests)."""
-        return self._wal.segments()
 
     # -- closing ---------------------------------------------------------------------------
 

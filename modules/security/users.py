@@ -238,10 +238,6 @@ class UsersFile:
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
 
-    def save(self, users: dict[str, User]) -> None:
-        """Write ``users``, keeping the groups the file holds."""
-        self.write(Directory(users, self.read().groups))
-
     def set(
         self, name: str, password: str, role: str | None, groups: Iterable[str] | None = None
     ) -> bool:
@@ -274,13 +270,6 @@ class UsersFile:
             return False
         self.write(directory)
         return True
-
-    def set_groups(self, name: str, groups: Iterable[str]) -> None:
-        """Make user ``name`` a member of ``groups`` (and of no other)."""
-        directory = self.read()
-        user = self._user(directory, name)
-        directory.users[name] = replace(user, groups=_group_names(groups))
-        self.write(directory)
 
     def grant(self, user: str | None, group: str | None, pattern: str, words: list[str]) -> None:
         """Give a user (or a group) ``words`` (permission names) on ``pattern``."""
