@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from wiremq.config.groups import QueueStoreSettings
 from wiremq.config.settings import Settings
 from wiremq.modules.journal.schema import BOOLEAN, LONG, STRING, store_of
-from wiremq.server.stores import stopped_store
+from wiremq.server.ha import stopped_store
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 from .journal import SNAPSHOT_COLUMNS

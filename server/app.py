@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import psutil
 import structlog
@@ -48,10 +48,14 @@ from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 from wiremq.stores.messagestore import RecordLog
 
-if TYPE_CHECKING:
-    from wiremq.server.ha import HaNode
-
 log = structlog.get_logger("wiremq.server")
+
+
+class HaNodeState(Protocol):
+    """What a server (and its console) asks of its node of an HA pair (``ha.HaNode``)."""
+
+    def state(self) -> dict[str, Any]: ...
+
 
 JOURNAL_FOLDER = "journal"  # in the data folder
 
@@ -96,7 +100,7 @@ class WiremqServer:
         self.transmit_bound = egress.tcptransmitbytes
         self.started_at = time.time()
         self.process = psutil.Process()
-        self.ha: HaNode | None = None  # this server's node of an HA pair (server/ha.py)
+        self.ha: HaNodeState | None = None  # this server's node of an HA pair (server/ha.py)
         # In HA mode: whether the lease may be gone (socket writers then write nothing).
         self.fenced: Callable[[], bool] | None = None
         settings.on_change(self._settings_changed)

@@ -367,6 +367,21 @@ def restart(why: str) -> NoReturn:
 
 
 @contextmanager
+def stopped_store(settings: Settings) -> Iterator[WalStore]:
+    """The store of a server that is stopped (``wiremq export``), closed afterwards; of an HA
+    pair, through the lease (``stopped_pair_store``)."""
+    if HaSettings.read(settings, "HA").enabled:
+        with stopped_pair_store(settings) as store:
+            yield store
+        return
+    store = open_store(settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
 def stopped_pair_store(settings: Settings) -> Iterator[WalStore]:
     """The store of an HA pair whose nodes are all stopped (``wiremq export``): this process
     takes the lease (a ``StoreError`` while a node holds it), opens the store from the

@@ -4,12 +4,10 @@ mode the log in the shared database instead (``server/ha.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from wiremq.config.groups import HaSettings, ServerSettings, StoreSettings, WalSettings
+from wiremq.config.groups import ServerSettings, StoreSettings, WalSettings
 from wiremq.config.settings import Settings
 from wiremq.stores.messagestore import RecordLog, WalStore
 from wiremq.stores.storage import Location
@@ -44,20 +42,3 @@ def open_store(
         segment_bytes=wal.segmentsize,
         catch_up_bytes=wal.catchupsize,
     )
-
-
-@contextmanager
-def stopped_store(settings: Settings) -> Iterator[WalStore]:
-    """The store of a server that is stopped (``wiremq export``), closed afterwards; of an HA
-    pair, through the lease (``ha.stopped_pair_store``)."""
-    if HaSettings.read(settings, "HA").enabled:
-        from wiremq.server.ha import stopped_pair_store
-
-        with stopped_pair_store(settings) as store:
-            yield store
-        return
-    store = open_store(settings)
-    try:
-        yield store
-    finally:
-        store.close()
