@@ -49,12 +49,13 @@ import structlog
 
 from wiremq.config.groups import XASettings
 from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.domains import P2P
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.schema import TRANSACTION_ABORTED
 from wiremq.modules.memory.txmemory import Candidate
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.chain import P2P, Batch, GivenBack
-from wiremq.modules.pipeline.transaction import (
+from wiremq.modules.pipeline.chain import Batch, GivenBack
+from wiremq.modules.pipeline.transaction_manager import (
     Taken,
     Transaction,
     TransactionManager,

@@ -9,8 +9,8 @@ import pytest
 
 from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from tests.unit.net import PERSISTENT, Net, Peer, send_frame
+from wiremq.modules.domains import P2P
 from wiremq.modules.flow.egress_queues import EgressQueue, QueueLimits
-from wiremq.modules.pipeline.chain import P2P
 from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
 
