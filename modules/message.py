@@ -248,7 +248,11 @@ class Message:
 
     @classmethod
     def from_stored(cls, stored: StoredMessage, seq: int) -> Message:
-        """A message read back from a persistent store."""
+        """A message read back from a store, at position ``seq`` of its destination's (0:
+        not there yet, an XA branch's SEND). Its delivery mode is the one it was sent with,
+        from its ``persistent`` header: every message a destination's store keeps is
+        persistent, but a prepared XA branch's record keeps a non-persistent SEND too.
+        Its timestamp is when the server first received it."""
         message = cls(
             stored.message_id,
             stored.destination,
@@ -257,8 +261,6 @@ class Message:
             expires=stored.expires,
             timestamp=stored.timestamp,
         )
-        message.persistent = True
-        message.egress_queue = _G1
         message.store_seq = seq
         return message
 

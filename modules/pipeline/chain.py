@@ -154,10 +154,6 @@ class Chain:
             stage = module
         self.head: Stage = stage
 
-    def module(self, cls: type[PipelineModule]) -> PipelineModule | None:
-        """The chain's module of this class, if it has one."""
-        return next((m for m in self.modules if isinstance(m, cls)), None)
-
 
 class Pipelines:
     """The chain of each domain: where messages enter the server."""

@@ -488,16 +488,8 @@ class XAController:
                     ),
                 )
                 durable_taken = [((c, n), s) for c, n, s in described["durable_taken"]]
-            elif role == "send":
-                original = _original(stored)
-                message = Message(
-                    original.message_id,
-                    original.destination,
-                    dict(original.headers),
-                    original.body,
-                    expires=original.expires,
-                )
-                branch.messages.append(message)
+            elif role == "send":  # not in its destination's store yet: stored at COMMIT
+                branch.messages.append(Message.from_stored(_original(stored), 0))
             else:
                 branch.acked[seq] = stored
         if self.persistence is not None:
