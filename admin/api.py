@@ -133,13 +133,21 @@ class Api:
     def operations(self) -> Operations:
         core = self.server.core
         if core is None:
-            raise HttpError(503, "the server is starting")
+            raise self._not_serving()
         return core.operations
 
     def state(self) -> dict[str, Any]:
         if self.server.core is None:
-            raise HttpError(503, "the server is starting")
+            raise self._not_serving()
         return self.server.flow_state()
+
+    def _not_serving(self) -> HttpError:
+        """Why a node without its core cannot answer: starting, or an HA standby."""
+        ha = self.server.ha
+        if ha is None or ha.state()["role"] == "active":
+            return HttpError(503, "the server is starting")
+        active = ha.state()["active"] or "none yet"
+        return HttpError(503, f"this node is a standby of its HA pair (the active: {active})")
 
     # -- the server -----------------------------------------------------------------------
 

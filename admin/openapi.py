@@ -18,7 +18,7 @@ STATUS_TEXT = {
     413: "request body too large (Admin.maxrequestbytes)",
     415: "the body must be JSON (Content-Type: application/json)",
     500: "the server could not do it (the message says why)",
-    503: "the server is starting",
+    503: "the server is starting, or is a standby of an HA pair",
 }
 ALWAYS = (401, 403, 503)  # any route may answer these
 HEALTH = {  # answered without a login, for load balancers and probes (docs/ha.md)

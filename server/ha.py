@@ -336,7 +336,7 @@ class HaNode:
             "takeover_seconds": self.takeover_seconds,
             "active": None if view is None else view.holder,
             "lease_epoch": None if view is None else view.epoch,
-            "lease_expires_in": None if view is None else view.expires_in,
+            "lease_expires_in": _rounded(None if view is None else view.expires_in),
             "lease_released": None if view is None else view.released,
             "failovers": []
             if view is None
@@ -351,6 +351,11 @@ class HaNode:
                 for t in view.history
             ],
         }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """Seconds as the console shows them (to the millisecond)."""
+    return None if seconds is None else round(seconds, 3)
 
 
 def restart(why: str) -> NoReturn:
