@@ -97,24 +97,30 @@ def test_kill_9_of_the_active_under_load_loses_nothing_receipted_nor_redelivers_
     assert max(takeovers) < TAKEOVER_SANITY
 
 
-def test_a_prepared_xa_branch_is_committed_on_the_new_active(pair: Pair) -> None:
+def test_prepared_xa_branches_are_committed_and_rolled_back_on_the_new_active(
+    pair: Pair,
+) -> None:
     active = pair.wait_active()
     worker = XAResource(active.stomp_port)
-    xid = "fmt1:gtrid-ha:bq"
-    worker.start(xid)
-    worker.send("/queue/xa-out", "prepared before the kill", xid, persistent="true")
-    worker.end(xid)
-    worker.prepare(xid)
+    kept, dropped = "fmt1:gtrid-ha:kept", "fmt1:gtrid-ha:dropped"
+    for xid in (kept, dropped):
+        worker.start(xid)
+        worker.send("/queue/xa-out", f"prepared before the kill ({xid})", xid, persistent="true")
+        worker.end(xid)
+        worker.prepare(xid)
     active.kill()
     new = other(pair, active)
     pair.wait_active(new)
     coordinator = XAResource(new.stomp_port)
-    assert coordinator.recover() == [xid]
-    coordinator.commit(xid)
+    assert sorted(coordinator.recover()) == sorted([kept, dropped])
+    coordinator.commit(kept)
+    coordinator.rollback(dropped)
+    assert coordinator.recover() == []
     consumer, recorder = connect(new.stomp_port)
     consumer.subscribe("/queue/xa-out", id="x", ack="auto")
-    assert recorder.wait_until(lambda: recorder.bodies() == ["prepared before the kill"])
-    assert coordinator.recover() == []
+    fill(new.stomp_port, "/queue/xa-out", ["after"], persistent="true")  # behind them all
+    assert recorder.wait_until(lambda: "after" in recorder.bodies())
+    assert recorder.bodies() == [f"prepared before the kill ({kept})", "after"]
     coordinator.close()
     consumer.disconnect()
 
