@@ -198,7 +198,8 @@ HA_METRICS = (
 HA_ROLE = Metric(
     "wiremq_ha_role",
     "gauge",
-    "This node's role in its HA pair (standby, taking-over, active, stopping), as a label",
+    "This node's role in its HA pair (starting, standby, taking-over, active, stopping), "
+    "as a label",
     at(),
 )
 

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wiremq.ha")
 
 STANDBY, TAKING_OVER, ACTIVE, STOPPING = "standby", "taking-over", "active", "stopping"
+STARTING = "starting"  # a standby that has not read the lease yet: it cannot name the active
 FAILOVERS_SHOWN = 20  # the failover history's length in the console
 _PAST = 1e-9  # a deadline that has passed: step down at the loop's next turn
 STEPPED_DOWN = "WIREMQ_STEPPED_DOWN"  # why the process was re-executed, for its log
@@ -328,7 +329,7 @@ class HaNode:
         """The role, the lease and the failover history, as the console shows them."""
         view = self.view
         return {
-            "role": self.role,
+            "role": STARTING if self.role == STANDBY and view is None else self.role,
             "node": self.name,
             "since": self.since,
             "epoch": self.lease.epoch or None,

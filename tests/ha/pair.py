@@ -66,6 +66,11 @@ class Node:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the process and wait until its console answers (a standby's does)."""
+        self.launch()
+        wait(lambda: self.health() is not None, timeout, f"{self.name}'s console", self)
+
+    def launch(self) -> None:
+        """Start the process."""
         command = [
             *WIREMQ,
             "serve",
@@ -84,7 +89,6 @@ class Node:
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._copier = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
         self._copier.start()
-        wait(lambda: self.health() is not None, timeout, f"{self.name}'s console", self)
 
     def _copy(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stderr is not None

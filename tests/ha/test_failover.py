@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg2
 import pytest
 import stomp
 
@@ -171,6 +172,39 @@ def test_a_standby_keeps_its_ports_closed_and_answers_health_with_the_active(
     pair.wait_active(standby, timeout=10)
     assert standby.get("/api/ha")["history"][0].endswith("epoch 2, b from a (released)")
     assert "lease.released" in active.log_text()
+
+
+def test_a_starting_node_never_answers_standby_without_naming_the_active(
+    database: str, tmp_path: Path
+) -> None:
+    pair = Pair(tmp_path, database, HA__leasetime=60.0)  # the active waits on the lock too
+    first, second = pair.nodes
+    answers: list[tuple[int, dict[str, object]]] = []
+
+    def answered() -> bool:
+        found = second.health()
+        if found is not None:
+            answers.append(found)
+        return found is not None
+
+    try:
+        first.start()
+        pair.wait_active(first)
+        blocker = psycopg2.connect(database)
+        try:
+            with blocker.cursor() as cursor:  # the second node's first look at the lease waits
+                cursor.execute("LOCK TABLE wiremq_lease IN ACCESS EXCLUSIVE MODE")
+            second.launch()
+            wait(answered, 60, "the second node's console", second)
+            assert answers[-1] == (503, {**answers[-1][1], "role": "starting"})
+        finally:
+            blocker.close()
+        wait(lambda: answered() and answers[-1][1]["role"] == "standby", 60, "a standby", second)
+    finally:
+        pair.close()
+    assert {a["role"] for _, a in answers} == {"starting", "standby"}
+    assert all(status == 503 for status, _ in answers)
+    assert all(a["active"] == "a" for _, a in answers if a["role"] == "standby")
 
 
 def test_the_active_paused_past_its_lease_neither_serves_nor_writes_when_it_wakes(
