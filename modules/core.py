@@ -28,6 +28,7 @@ from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
 from wiremq.modules.client.connection import ClientConnection, ConnectionServices, ReadControl
 from wiremq.modules.client.egress import Egress
+from wiremq.modules.destinations.copies import Copier
 from wiremq.modules.destinations.deadletter import DeadLetters
 from wiremq.modules.destinations.destination import DestinationServices
 from wiremq.modules.destinations.durable import ReplayManager
@@ -88,8 +89,9 @@ class Core:
             else Journal()
         )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
+        self.copier = Copier(settings, runtime.now_ms)
         self.dead_letters = DeadLetters(
-            settings, self.persistence, self.pipelines.submit, self.journal
+            settings, self.persistence, self.pipelines.submit, self.journal, self.copier
         )
         self.expiry = Expiry(settings, self.dead_letters, self.journal)
         self.replays = ReplayManager(settings, runtime)
@@ -183,7 +185,12 @@ class Core:
         )
 
         self.operations = Operations(
-            self.destinations, self.clients, self.persistence, self.pipelines.submit, self.journal
+            self.destinations,
+            self.clients,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
         )
         settings.on_change(self._settings_changed)
 

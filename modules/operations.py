@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import structlog
 
 from wiremq.modules.client.connection import ClientConnection
+from wiremq.modules.destinations.copies import Copier, sent_copy
 from wiremq.modules.destinations.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
 from wiremq.modules.destinations.destination import Destination, domain_of
 from wiremq.modules.destinations.queue import Queue
@@ -128,14 +129,17 @@ class Operations:
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
         journal: Journal,
+        copier: Copier,
     ) -> None:
         """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records
-        what the actions do to messages (discarded, moved)."""
+        what the actions do to messages (discarded, moved); ``copier`` makes the copies of
+        moved messages."""
         self.destinations = destinations
         self.clients = clients
         self.persistence = persistence
         self.submit = submit
         self.journal = journal
+        self.copier = copier
 
     # -- finding things ------------------------------------------------------------------
 
@@ -351,30 +355,34 @@ class Operations:
         content = stored[1] if stored is not None else message.to_stored(0)  # type: ignore[union-attr]
         message_id = content.message_id
         action = "deleted" if to is None else f"moved to {to}"
+        copy = None
+        if to is not None:
+            persistent = message is None or message.persistent
+            headers = moved_headers(content, to)
+            copy = self.copier.copy(content, to, headers, dead=False, persistent=persistent)
 
         def moved(copy_seq: int | None) -> None:
             log.info("operator.message", destination=source, message_id=message_id, action=action)
             held = [message] if message is not None else []
             read = [((source, stored[0]), stored[1])] if stored is not None else []
-            if to is None:
+            if copy is None:
                 self.journal.operator_discarded(held, read, DELETED)
             else:
-                self.journal.operator_moved(held, read, to)
-                copy = _copy(content, to, message, copy_seq)
+                self.journal.operator_moved(held, read, copy.destination)
+                sent = sent_copy(copy, copy_seq or 0)
                 if copy_seq:
-                    self.journal.stored([copy])
-                domain = domain_of(to)
+                    self.journal.stored([sent])
+                domain = domain_of(copy.destination)
                 assert domain is not None
-                self.submit(domain, [copy])
+                self.submit(domain, [sent])
             done(to)
 
         if not seq:  # a non-persistent message: in memory only
             moved(None)
             return
-        if to is None:
+        if copy is None:
             self._commit(StoreTransaction(removals=((source, seq),)), lambda _: moved(None), failed)
             return
-        copy = _stored_copy(content, to)
         self._commit(
             StoreTransaction(moves=(((source, seq), copy),)),
             lambda result: moved(result.moved[0]),
@@ -434,20 +442,7 @@ class Operations:
         step(start)
 
 
-def _copy(content: StoredMessage, to: str, original: Message | None, seq: int | None) -> Message:
-    """The message that goes down ``to``'s pipeline for a moved one."""
-    headers = _moved_headers(content, to)
-    if original is not None and not original.persistent:
-        headers.pop("persistent", None)
-    else:
-        headers["persistent"] = "true"
-    copy = Message(content.message_id, to, headers, content.body, expires=content.expires)
-    if seq:
-        copy.store_seq = seq
-    return copy
-
-
-def _moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
+def moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
     """A moved message's headers: a dead one sent back where it came from loses the headers
     that made it dead."""
     headers = dict(content.headers)
@@ -455,17 +450,3 @@ def _moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
         for name in DEAD_HEADERS:
             headers.pop(name, None)
     return headers
-
-
-def _stored_copy(content: StoredMessage, to: str) -> StoredMessage:
-    headers = _moved_headers(content, to)
-    headers["persistent"] = "true"
-    return StoredMessage(
-        content.message_id,
-        to,
-        tuple(headers.items()),
-        content.body,
-        priority=content.priority,
-        expires=content.expires,
-        timestamp=content.timestamp,
-    )

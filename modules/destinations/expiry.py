@@ -1,7 +1,7 @@
-"""Message expiry: the effective expiry time, and what happens to expired messages.
+"""Message expiry: what happens to expired messages.
 
 A message's expiry is the publisher's ``expires`` header (ms since the epoch,
-0 = never) capped by its destination's ``maxttl``: the smaller wins. An expired
+0 = never) capped by its destination's ``maxttl``: the smaller wins (``ttl.py``). An expired
 message is never delivered; it is discarded or moved to the destination's dead
 message queue (``expiredmessages`` / ``deadmessagequeue``) by ``deadletter.py``.
 """
@@ -14,8 +14,7 @@ import structlog
 
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
-from wiremq.modules.destinations.deadletter import EXPIRED, DeadLetters, dead_copy
-from wiremq.modules.errors import Refused
+from wiremq.modules.destinations.deadletter import EXPIRED, DeadLetters
 from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.message import Message
 from wiremq.stores.api import Committed, Position, StoreTransaction
@@ -23,23 +22,6 @@ from wiremq.stores.model import grouped
 from wiremq.stores.records import StoredMessage
 
 log = structlog.get_logger("wiremq.expiry")
-
-
-def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
-    """The expiry to apply, from the ``expires`` header and the destination's max TTL."""
-    expires = 0
-    if header is not None and header != "0":
-        if not (header.isascii() and header.isdigit()):
-            raise Refused(
-                "invalid expires header",
-                f"expires {header[:64]!r} is not milliseconds since the epoch",
-            )
-        expires = int(header)
-    if max_ttl:
-        cap = now_ms + max_ttl
-        if not expires or cap < expires:
-            expires = cap
-    return expires
 
 
 class Expiry:
@@ -85,7 +67,10 @@ class Expiry:
             if dmq is None:
                 removals += [position for position, _ in entries]
             else:
-                moves += [(position, dead_copy(m, dmq, EXPIRED)) for position, m in entries]
+                moves += [
+                    (position, self.dead_letters.dead_copy(m, dmq, EXPIRED))
+                    for position, m in entries
+                ]
 
         def committed(transaction: StoreTransaction, result: Committed) -> None:
             self.journal.expired_stored(transaction, found, result, run)

@@ -65,7 +65,7 @@ def test_every_entry_of_the_layout_is_answered_by_the_api(console):
                 assert item.get("format", "count") in FORMATS, item
             if "series" in section:
                 known = DESTINATION_SERIES if "destination" in section else SERVER_SERIES
-                assert set(section["series"]) <= {s.name for s in known}, section
+                assert set(section["series"]) <= {s.chart for s in known}, section
             if "source" not in section:
                 continue
             answers = []
