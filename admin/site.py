@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import json
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -38,6 +37,7 @@ from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
 from wiremq.modules.security.permissions import READ, WRITE, permitted
 from wiremq.modules.security.users import Users, UsersFile
 from wiremq.server.tls import TlsContextFactory
+from wiremq.server.version import installed_version
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -70,13 +70,6 @@ LOCALHOST_NOTE = (
 )
 
 
-def _version() -> str:
-    try:
-        return version("wiremq")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class Reply:
     """An answer: status, body and content type."""
 
@@ -104,7 +97,7 @@ class Console(Resource):
         self.gate = gate
         self.secure = secure
         self.routes: list[Route] = api.routes()
-        self.document = openapi(self.routes, _version())
+        self.document = openapi(self.routes, installed_version())
 
     def render(self, request: Request) -> Any:  # type: ignore[override]
         answer = defer.maybeDeferred(self._answer, request)
