@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from wiremq.config.groups import (
+    AdminSettings,
     ClientBounds,
     ListenerSettings,
     MemWatchSettings,
@@ -35,6 +36,7 @@ from wiremq.modules.destinations.durable import ReplayManager
 from wiremq.modules.destinations.expiry import Expiry
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
+from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
@@ -50,6 +52,7 @@ from wiremq.modules.pipeline.catalog import build_chain, build_memory_levels
 from wiremq.modules.pipeline.chain import ModuleContext, Pipelines
 from wiremq.modules.pipeline.transaction import TransactionManager
 from wiremq.modules.pipeline.xa import PREPARED_AREA, XAController
+from wiremq.modules.publisher import Publisher
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.security.authentication import Authenticator
 from wiremq.modules.security.users import Users, UsersFile
@@ -184,6 +187,14 @@ class Core:
             self.xa,
         )
 
+        self.publisher = Publisher(
+            self.destinations, self.pipelines.submit, self.ids.message, runtime.now_ms
+        )
+        self.durables = DurableSubscriptions(
+            self.persistence,
+            self.journal,
+            lambda: AdminSettings.read(settings, "Admin").countlimit,
+        )
         self.operations = Operations(
             self.destinations,
             self.clients,
@@ -219,10 +230,11 @@ class Core:
         )
 
     def restore(self) -> None:
-        """Recreate the queues that have stored messages (read back on demand), count what
-        the store holds in its watermarks, load the durable subscriptions and the prepared
-        XA branches."""
+        """Recreate the queues that have stored messages (read back on demand) and the
+        destinations config.xml declares, count what the store holds in its watermarks,
+        load the durable subscriptions and the prepared XA branches."""
         if self.persistence is None or self.store is None:
+            self.destinations.restore([])
             return
         store = self.store
         queues = [
@@ -281,12 +293,19 @@ class Core:
             "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
         }
 
-    def flow_state(self) -> dict[str, object]:
-        """Every flow-control state in one place: the admin console's view."""
+    def flow_state(self, destinations: bool = True) -> dict[str, object]:
+        """Every flow-control state in one place: the admin console's view; without each
+        destination's (``destinations`` False: the overview of a server with thousands)."""
         return {
             "watermarks": [w.state() for w in self.flow.watermarks()],
-            "queues": [q.state() for q in self.destinations.queues.values()],
-            "topics": [t.state() for t in self.destinations.topics.values()],
+            **(
+                {
+                    "queues": [q.state() for q in self.destinations.queues.values()],
+                    "topics": [t.state() for t in self.destinations.topics.values()],
+                }
+                if destinations
+                else {}
+            ),
             "clients": [c.state() for c in self.clients],
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,

@@ -1,9 +1,11 @@
 """What an operator does to the running server: the admin console's actions.
 
-Purge a queue, delete a destination, disconnect a client, browse a queue's
-messages, and take single messages out of a queue: delete them, move them to
-another destination, or send a dead message back where it came from. Messages
-delivered and not yet acknowledged are the consumer's: no action touches them.
+Make a destination, purge a queue, delete a destination, disconnect a client,
+publish a message, browse a queue's messages, and take single messages out of
+a queue: delete them, move them to another destination, or send a dead message
+back where it came from; list a topic's durable subscriptions and remove one.
+Messages delivered and not yet acknowledged are the consumer's: no action
+touches them.
 
 A queue's waiting messages are in memory (non-persistent ones, and the
 persistent ones of its live buffer) and, past its live buffer, in the store
@@ -27,7 +29,7 @@ from wiremq.modules.destinations.copies import Copier, sent_copy
 from wiremq.modules.destinations.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
 from wiremq.modules.destinations.destination import Destination, domain_of
 from wiremq.modules.destinations.queue import Queue
-from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.destinations.registry import Destinations, check_name
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.recorder import Journal
@@ -171,6 +173,21 @@ class Operations:
         client.drop(ProtocolError("disconnected", "the operator closed this connection"))
 
     # -- destinations ----------------------------------------------------------------------
+
+    def check_new(self, name: str) -> None:
+        """That ``name`` may be made a destination: 400 if it is no destination's name, 409
+        if it exists."""
+        try:
+            check_name(name)
+        except Refused as refusal:
+            raise OperationError(400, refusal.detail) from None
+        if self.destinations.get(name) is not None:
+            raise OperationError(409, f"{name} exists already")
+
+    def create(self, name: str) -> Destination:
+        """Make the destination ``name`` now (``check_new`` first)."""
+        self.check_new(name)
+        return self.destinations.resolve(name)
 
     def purge(self, name: str, done: Callable[[int], None], failed: Failed) -> None:
         """Remove every message waiting in a queue (``done(count)``), in memory and in the

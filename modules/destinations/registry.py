@@ -8,6 +8,7 @@ import structlog
 
 from wiremq.config.groups import (
     CleanupIntervalSettings,
+    DestinationPolicy,
     IdleDestinationSettings,
     LiveBufferSettings,
 )
@@ -21,6 +22,24 @@ from wiremq.modules.journal.schema import VOLQUEUE
 from wiremq.modules.pipeline.chain import P2P
 
 log = structlog.get_logger("wiremq.destinations")
+
+
+def check_name(name: str) -> str:
+    """The domain of the destination ``name`` would name; ``Refused`` if it names none."""
+    domain = domain_of(name)
+    if domain is None:
+        raise Refused(
+            "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
+        )
+    kind = "queue" if domain == P2P else "topic"
+    suffix = name[len(kind) + 2 :]
+    if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
+        raise Refused(
+            "invalid destination",
+            f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
+            "and without control characters",
+        )
+    return domain
 
 
 class Destinations:
@@ -44,19 +63,7 @@ class Destinations:
         found = self.queues.get(name) or self.topics.get(name)
         if found is not None:
             return found
-        domain = domain_of(name)
-        if domain is None:
-            raise Refused(
-                "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
-            )
-        kind = "queue" if domain == P2P else "topic"
-        suffix = name[len(kind) + 2 :]
-        if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
-            raise Refused(
-                "invalid destination",
-                f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
-                "and without control characters",
-            )
+        domain = check_name(name)
         destination: Destination
         if domain == P2P:
             destination = self.queues[name] = Queue(name, self.services)
@@ -137,11 +144,21 @@ class Destinations:
         self.services.flow.forget(producer)
 
     def restore(self, queues: list[str]) -> None:
-        """Recreate the queues that have stored messages; they are read back on demand."""
+        """Recreate the queues that have stored messages (they are read back on demand) and
+        make the destinations config.xml declares."""
         for name in queues:
             queue = self.resolve(name)
             assert isinstance(queue, Queue)
             queue.backlog.restore()
+        settings = self.services.settings
+        for name in list(settings.destinations):
+            if DestinationPolicy.for_destination(settings, name).declared:
+                try:
+                    self.resolve(name)
+                except Refused as refusal:
+                    log.error(
+                        "destination.declared_invalid", destination=name, error=refusal.detail
+                    )
 
     # -- cleanup processes -------------------------------------------------------------
 
@@ -163,8 +180,8 @@ class Destinations:
             queue.sweep_cache(now_ms, idle_for)
 
     def sweep_idle(self) -> None:
-        """Remove the destinations nobody uses (``Destination.unused``) that have not
-        dispatched for DestinationManager.idletimetolive, so that names that come and go
+        """Remove the undeclared destinations nobody uses (``Destination.unused``) that have
+        not dispatched for DestinationManager.idletimetolive, so that names that come and go
         do not grow memory; a name used again makes a new one."""
         now = self.services.runtime.monotonic()
         idle_for = IdleDestinationSettings.read(
@@ -172,7 +189,11 @@ class Destinations:
         ).idletimetolive
         removed = 0
         for destination in self:
-            if now - destination.last_dispatch >= idle_for and destination.unused():
+            if (
+                now - destination.last_dispatch >= idle_for
+                and not destination.policy.declared
+                and destination.unused()
+            ):
                 self.retire(destination)
                 removed += 1
         if removed:

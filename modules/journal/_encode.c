@@ -27,6 +27,12 @@
  * encode(plans, records, default_on, exceptions) -> bytes
  *   records: a list of whole records (kind, ts, ...), ts in seconds (float) or ms (int).
  *
+ * index_lines(data, base) -> bytes
+ *   The index entries of the lines of ``data`` (whole JSON Lines, written at offset ``base``
+ *   of their file) that name a message: one 8-byte little-endian entry per line, the line's
+ *   offset in its file (40 bits) and the key of its message id (24 bits, the top). Runs
+ *   without the interpreter lock. index_key(message_id) -> the key a lookup searches for.
+ *
  * A value that is None leaves its field out. A line is written when default_on differs
  * from whether its destination is in the frozenset ``exceptions``; exceptions None: every
  * line is written. An attribute that is a __slots__ member is read at its offset once its
@@ -36,6 +42,7 @@
  * it read (by the record's object, and by the value read), where it wrote them in the
  * current output, and copies those bytes when it meets one again.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -872,11 +879,120 @@ static PyTypeObject RecorderType = {
     .tp_new = recorder_new,
 };
 
+
+/* -- the index by message id ---------------------------------------------------------------- */
+
+#define ID_FIELD "\"message_id\":\""
+#define ID_FIELD_LEN (sizeof ID_FIELD - 1)
+#define KEY_BITS 24
+#define OFFSET_BITS 40
+
+/* The key of a message id as written (its JSON string's bytes between the quotes): 64-bit
+ * FNV-1a folded to 24 bits. */
+static uint32_t
+id_key(const unsigned char *s, Py_ssize_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ULL;
+    }
+    h ^= h >> 32;
+    return (uint32_t)((h ^ (h >> 24)) & ((1u << KEY_BITS) - 1));
+}
+
+static void
+put_entry(unsigned char *o, unsigned long long offset, uint32_t key)
+{
+    uint64_t entry = (offset & ((1ULL << OFFSET_BITS) - 1)) | ((uint64_t)key << OFFSET_BITS);
+    for (int b = 0; b < 8; b++)
+        o[b] = (unsigned char)(entry >> (8 * b));
+}
+
+/* Entries of ``data``'s lines into ``o`` (room for one per line); returns how many. */
+static Py_ssize_t
+scan_lines(const unsigned char *data, Py_ssize_t n, unsigned long long base, unsigned char *o)
+{
+    Py_ssize_t count = 0, line = 0;
+    while (line < n) {
+        const unsigned char *end = memchr(data + line, '\n', n - line);
+        Py_ssize_t stop = end ? end - data : n;
+        const unsigned char *field =
+            memmem(data + line, stop - line, ID_FIELD, ID_FIELD_LEN);
+        if (field != NULL && end != NULL) {
+            const unsigned char *value = field + ID_FIELD_LEN, *p = value;
+            while (p < end && *p != '"')
+                p += (*p == '\\') ? 2 : 1;
+            if (p < end) {
+                put_entry(o + 8 * count, base + (unsigned long long)line,
+                          id_key(value, p - value));
+                count++;
+            }
+        }
+        line = stop + 1;
+    }
+    return count;
+}
+
+static PyObject *
+index_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "index_lines(data, base)");
+        return NULL;
+    }
+    unsigned long long base = PyLong_AsUnsignedLongLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *data = view.buf;
+    Py_ssize_t n = view.len, lines = 0;
+    for (Py_ssize_t i = 0; i < n; i++) /* an upper bound: one entry per newline */
+        lines += data[i] == '\n';
+    unsigned char *entries = PyMem_RawMalloc(lines ? 8 * lines : 1);
+    if (entries == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count;
+    Py_BEGIN_ALLOW_THREADS
+    count = scan_lines(data, n, base, entries);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *result = PyBytes_FromStringAndSize((const char *)entries, 8 * count);
+    PyMem_RawFree(entries);
+    return result;
+}
+
+static PyObject *
+index_key(PyObject *module, PyObject *message_id)
+{
+    /* The id as the encoder writes it, quotes and all, then the bytes between them. */
+    Buffer scratch = {NULL, 0, 0, 0};
+    Buffer *previous = out;
+    out = &scratch;
+    int failed = put_str_value(message_id);
+    out = previous;
+    if (failed < 0) {
+        PyMem_Free(scratch.data);
+        return NULL;
+    }
+    uint32_t key = id_key((const unsigned char *)scratch.data + 1, scratch.len - 2);
+    PyMem_Free(scratch.data);
+    return PyLong_FromUnsignedLong(key);
+}
+
 static PyMethodDef methods[] = {
     {"compile", (PyCFunction)compile_plans, METH_O,
      "Compile encoding plans (see the file's comment)."},
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "A batch of whole records -> JSON Lines bytes (see the file's comment)."},
+    {"index_lines", (PyCFunction)(void (*)(void))index_lines, METH_FASTCALL,
+     "index_lines(data, base) -> the index entries of data's lines (see the file's comment)."},
+    {"index_key", (PyCFunction)index_key, METH_O,
+     "index_key(message_id) -> the 24-bit key its index entries carry."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -54,7 +54,7 @@ def test_destinations_show_depth_counts_and_watermarks(console):
     server, api = console
     fill(server.port, "/queue/d", ["a", "bb", "ccc"])
     fill(server.port, "/queue/d", ["stored"], persistent="true")
-    queues = api.get("/api/destinations")["queues"]
+    queues = api.get("/api/destinations?kind=queue")["destinations"]
     (queue,) = [q for q in queues if q["name"] == "/queue/d"]
     assert queue["messages"] == 4 and queue["received"] == 4 and queue["delivered"] == 0
     assert queue["stored_messages"] == 1 and queue["volatile_messages"] == 3

@@ -1,0 +1,92 @@
+"""Test messages an operator publishes from the admin console.
+
+A published message goes down its destination's pipeline as a client's SEND
+does: admission (its headers checked, its expiry set, the destination made on
+first use), the spool checks, storage, distribution, and the audit journal
+records it. Its origin is a ``ConsoleSender``, told when the pipeline is done
+with the message (stored, if persistent: the answer is a receipt) or refuses
+it; it counts among the destination's producers only until then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from wiremq.modules.destinations.destination import domain_of
+from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.errors import Refused
+from wiremq.modules.message import FRAME_ONLY_HEADERS, Message
+from wiremq.modules.operations import Failed, OperationError
+from wiremq.modules.pipeline.chain import Batch
+
+PERSISTENT = "persistent"
+
+
+class ConsoleSender:
+    """The origin of one published message (``MessageOrigin``), and a producer whose
+    reading there is nothing to stop (``Producer``): it sends one message."""
+
+    def __init__(
+        self, destinations: Destinations, done: Callable[[str], None], failed: Failed
+    ) -> None:
+        self.destinations = destinations
+        self.done = done
+        self.failed = failed
+
+    def messages_completed(self, messages: list[Message]) -> None:
+        self.destinations.forget_producer(self)
+        self.done(messages[0].message_id)
+
+    def message_refused(self, message: Message, refusal: Refused) -> None:
+        self.destinations.forget_producer(self)
+        status = 400 if refusal.message.startswith("invalid") else 409
+        detail = f": {refusal.detail}" if refusal.detail else ""
+        self.failed(OperationError(status, f"refused ({refusal.message}){detail}"))
+
+    def stop_reading(self, reason: object) -> None:
+        """A watermark tripped: the one message is on its way already."""
+
+    def start_reading(self, reason: object) -> None:
+        """The watermark cleared."""
+
+
+class Publisher:
+    """Publishes test messages (see the module docstring)."""
+
+    def __init__(
+        self,
+        destinations: Destinations,
+        submit: Callable[[str, Batch], None],
+        new_id: Callable[[], str],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.destinations = destinations
+        self.submit = submit
+        self.new_id = new_id
+        self.now_ms = now_ms
+
+    def publish(
+        self,
+        name: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        persistent: bool,
+        done: Callable[[str], None],
+        failed: Failed,
+    ) -> None:
+        """Send one message to ``name``; ``done(message id)`` once the server has it (stored,
+        if ``persistent``), else ``failed`` with what refused it."""
+        domain = domain_of(name)
+        if domain is None:
+            raise OperationError(400, f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME")
+        frame_only = sorted(FRAME_ONLY_HEADERS & set(headers))
+        if frame_only:
+            raise OperationError(
+                400, f"headers {frame_only} describe a SEND frame, not a message: leave them out"
+            )
+        sent = {k: v for k, v in headers.items() if k != PERSISTENT}
+        if persistent:
+            sent[PERSISTENT] = "true"
+        origin = ConsoleSender(self.destinations, done, failed)
+        message = Message(self.new_id(), name, sent, body, origin, 0, self.now_ms())
+        self.submit(domain, [message])
