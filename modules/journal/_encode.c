@@ -32,6 +32,8 @@
  *   of their file) that name a message: one 8-byte little-endian entry per line, the line's
  *   offset in its file (40 bits) and the key of its message id (24 bits, the top). Runs
  *   without the interpreter lock. index_key(message_id) -> the key a lookup searches for.
+ *   sort_index(entries) -> the entries sorted by key, then offset (as 64-bit numbers), also
+ *   without the interpreter lock.
  *
  * A value that is None leaves its field out. A line is written when default_on differs
  * from whether its destination is in the frozenset ``exceptions``; exceptions None: every
@@ -909,29 +911,33 @@ put_entry(unsigned char *o, unsigned long long offset, uint32_t key)
         o[b] = (unsigned char)(entry >> (8 * b));
 }
 
-/* Entries of ``data``'s lines into ``o`` (room for one per line); returns how many. */
+/* The fewest bytes a line that names a message takes: {"v":1,"event":"","message_id":""}\n */
+#define LINE_WITH_ID_MIN 40
+
+/* Entries of ``data``'s whole lines into ``o`` (room for n / LINE_WITH_ID_MIN + 1); returns
+ * how many. One search for the field over the whole buffer, then the line around it. */
 static Py_ssize_t
 scan_lines(const unsigned char *data, Py_ssize_t n, unsigned long long base, unsigned char *o)
 {
-    Py_ssize_t count = 0, line = 0;
-    while (line < n) {
-        const unsigned char *end = memchr(data + line, '\n', n - line);
-        Py_ssize_t stop = end ? end - data : n;
-        const unsigned char *field =
-            memmem(data + line, stop - line, ID_FIELD, ID_FIELD_LEN);
-        if (field != NULL && end != NULL) {
-            const unsigned char *value = field + ID_FIELD_LEN, *p = value;
-            while (p < end && *p != '"')
-                p += (*p == '\\') ? 2 : 1;
-            if (p < end) {
-                put_entry(o + 8 * count, base + (unsigned long long)line,
-                          id_key(value, p - value));
-                count++;
-            }
+    Py_ssize_t count = 0, at = 0;
+    for (;;) {
+        const unsigned char *field = memmem(data + at, n - at, ID_FIELD, ID_FIELD_LEN);
+        if (field == NULL)
+            return count;
+        const unsigned char *before = memrchr(data + at, '\n', field - (data + at));
+        Py_ssize_t line = before ? before - data + 1 : at;
+        const unsigned char *value = field + ID_FIELD_LEN, *end = data + n, *p = value;
+        while (p < end && *p != '"' && *p != '\n')
+            p += (*p == '\\') ? 2 : 1;
+        const unsigned char *stop = p < end ? memchr(p, '\n', end - p) : NULL;
+        if (stop == NULL) /* a line not whole yet */
+            return count;
+        if (*p == '"') {
+            put_entry(o + 8 * count, base + (unsigned long long)line, id_key(value, p - value));
+            count++;
         }
-        line = stop + 1;
+        at = stop - data + 1;
     }
-    return count;
 }
 
 static PyObject *
@@ -947,22 +953,56 @@ index_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const unsigned char *data = view.buf;
-    Py_ssize_t n = view.len, lines = 0;
-    for (Py_ssize_t i = 0; i < n; i++) /* an upper bound: one entry per newline */
-        lines += data[i] == '\n';
-    unsigned char *entries = PyMem_RawMalloc(lines ? 8 * lines : 1);
+    unsigned char *entries = PyMem_RawMalloc(8 * (view.len / LINE_WITH_ID_MIN + 1));
     if (entries == NULL) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
     Py_ssize_t count;
     Py_BEGIN_ALLOW_THREADS
-    count = scan_lines(data, n, base, entries);
+    count = scan_lines(view.buf, view.len, base, entries);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyObject *result = PyBytes_FromStringAndSize((const char *)entries, 8 * count);
     PyMem_RawFree(entries);
+    return result;
+}
+
+static int
+by_value(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *
+sort_index(PyObject *module, PyObject *entries)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(entries, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t count = view.len / 8;
+    uint64_t *values = PyMem_RawMalloc(count ? 8 * count : 1);
+    if (values == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *in = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; b--)
+            v = (v << 8) | in[8 * i + b];
+        values[i] = v;
+    }
+    qsort(values, count, sizeof *values, by_value);
+    for (Py_ssize_t i = 0; i < count; i++) /* back to little-endian bytes, in place */
+        put_entry((unsigned char *)&values[i], values[i] & ((1ULL << OFFSET_BITS) - 1),
+                  (uint32_t)(values[i] >> OFFSET_BITS));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *result = PyBytes_FromStringAndSize((const char *)values, 8 * count);
+    PyMem_RawFree(values);
     return result;
 }
 
@@ -993,6 +1033,8 @@ static PyMethodDef methods[] = {
      "index_lines(data, base) -> the index entries of data's lines (see the file's comment)."},
     {"index_key", (PyCFunction)index_key, METH_O,
      "index_key(message_id) -> the 24-bit key its index entries carry."},
+    {"sort_index", (PyCFunction)sort_index, METH_O,
+     "sort_index(entries) -> the index entries sorted by key, then offset."},
     {NULL, NULL, 0, NULL},
 };
 

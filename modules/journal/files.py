@@ -10,7 +10,8 @@ audit trail, not the server's durability point (that is the write-ahead log).
 
 Beside each file, its index by message id (``index.py``): after each batch is
 written, the entries of its lines that name a message are appended to
-``<file>.idx`` (found by C, without the interpreter lock).
+``<file>.idx-new`` (found by C, without the interpreter lock); when the file is
+closed they are sorted into ``<file>.idx``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from wiremq.modules.journal._encode import index_lines
-from wiremq.modules.journal.index import SUFFIX, index_path
+from wiremq.modules.journal.index import SUFFIX, complete, writing_index_path
 
 
 class JournalFiles:
@@ -68,7 +69,7 @@ class JournalFiles:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
         path = self.folder / f"{stamp}-{self.server}-{self.files:05d}{SUFFIX}"
         self._file = open(path, "xb", buffering=0)  # noqa: SIM115 (kept open across calls)
-        self._index = open(index_path(path), "xb", buffering=0)  # noqa: SIM115
+        self._index = open(writing_index_path(path), "xb", buffering=0)  # noqa: SIM115
         self._size = 0
 
     def _end(self) -> None:
@@ -80,6 +81,7 @@ class JournalFiles:
         finally:
             file.close()
             index.close()
+        complete(Path(file.name))
 
 
 def _write_all(file: BinaryIO, data: bytes) -> None:

@@ -1,15 +1,18 @@
 """The journal by message id: a message's life story, read from its records in order.
 
-Beside each journal file ``F.jsonl`` the writer keeps ``F.jsonl.idx``: one 8-byte
-entry per line that names a message, appended after each batch it writes (``files.py``),
-each the line's offset in ``F`` and a 24-bit key of its message id (``_encode.c``,
-``index_lines``). A lookup finds the entries of the id's key in every index (a
-byte search: the entries of a 1 GB journal are about 40 MB), reads each line they
-point at and keeps those of that id (a key is shared by about one id in 16
-million), then reads what the index does not cover yet: the file past its last
-entry (a batch whose entries a crash lost). A journal file without an index
-(written before there were any) gets one the first time it is looked through,
-unless the writer has it open. Nothing on the message path changes for it.
+An index entry is 8 bytes: a line's offset in its journal file (40 bits) and a
+24-bit key of the message id the line names (``_encode.c``: ``index_lines``
+finds them in C, without the interpreter lock). While the writer writes
+``F.jsonl`` it appends the entries of each batch to ``F.jsonl.idx-new``
+(``files.py``); when it closes the file it sorts them by key into
+``F.jsonl.idx`` (``sort_index``, also without the lock). A lookup binary-searches
+the sorted index of every closed file for the id's key (a few reads each), and
+the current file's entries by a byte search, reading then the part of the file
+its entries do not cover yet; it reads each line an entry points at and keeps
+those of that id (a key is shared by about one id in 16 million). A closed
+file without a sorted index (written before there were any, or by a run that
+crashed) gets one the first time it is looked through. Nothing on the message
+path changes for it.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wiremq.modules.journal._encode import index_key, index_lines
+from wiremq.modules.journal._encode import index_key, index_lines, sort_index
 
 SUFFIX = ".jsonl"
-INDEX_SUFFIX = ".idx"
+INDEX_SUFFIX = ".idx"  # the sorted index of a closed journal file
+WRITING_SUFFIX = ".idx-new"  # the entries of the file being written, in the order written
 ENTRY = 8  # bytes: the line's offset (40 bits), then its id's key (24 bits), little-endian
 OFFSET_BITS = 40
 KEY_AT = 5  # where an entry's key starts
@@ -34,8 +38,20 @@ LINE_READ = 4096  # bytes read at once for one line (a longer one is read on)
 
 
 def index_path(journal: Path) -> Path:
-    """The index beside a journal file."""
+    """The sorted index beside a closed journal file."""
     return journal.with_name(journal.name + INDEX_SUFFIX)
+
+
+def writing_index_path(journal: Path) -> Path:
+    """The entries of a journal file being written."""
+    return journal.with_name(journal.name + WRITING_SUFFIX)
+
+
+def complete(journal: Path) -> None:
+    """The writer closed ``journal``: its entries, sorted, become its index."""
+    writing = writing_index_path(journal)
+    _write_sorted(index_path(journal), writing.read_bytes())
+    writing.unlink()
 
 
 @dataclass
@@ -81,27 +97,53 @@ class JournalIndex:
         return story
 
     def _offsets(self, path: Path, key: int, story: Story) -> list[int]:
-        """The offsets in ``path`` of the lines whose id has ``key``: from its index, then
-        from the part of the file past the index's last entry."""
-        index = index_path(path)
-        try:
-            entries = index.read_bytes()
-        except FileNotFoundError:
-            if path != self.current():
-                entries = _build(path, index)
-                story.indexed += 1
-            else:
+        """The offsets in ``path`` of the lines whose id has ``key``: from its sorted index,
+        or for the file being written from its entries so far and the lines past them."""
+        if path == self.current():
+            try:
+                entries = writing_index_path(path).read_bytes()
+            except FileNotFoundError:
                 entries = b""
-        entries = entries[: len(entries) - len(entries) % ENTRY]
-        found = list(_matching(entries, key))
-        last = _offset_at(entries, len(entries) - ENTRY) if entries else None
-        found += _matching(_scan(path, last), key)
-        return found
+            entries = entries[: len(entries) - len(entries) % ENTRY]
+            last = _offset_at(entries, len(entries) - ENTRY) if entries else None
+            return [*_matching(entries, key), *_matching(_scan(path, last), key)]
+        index = index_path(path)
+        if not index.exists():
+            _write_sorted(index, _scan(path))
+            writing_index_path(path).unlink(missing_ok=True)  # a crashed run's
+            story.indexed += 1
+        return _sorted_matching(index, key)
+
+
+def _sorted_matching(index: Path, key: int) -> list[int]:
+    """The offsets of the entries with ``key`` in a sorted index: a binary search."""
+    with open(index, "rb") as file:
+        size = os.fstat(file.fileno()).st_size // ENTRY * ENTRY
+        if not size:
+            return []
+        with mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as entries:
+            low, high = 0, size // ENTRY
+            while low < high:  # the first entry whose key is not below ``key``
+                middle = (low + high) // 2
+                if _key_at(entries, middle * ENTRY) < key:
+                    low = middle + 1
+                else:
+                    high = middle
+            found = []
+            at = low * ENTRY
+            while at < size and _key_at(entries, at) == key:
+                found.append(_offset_at(entries, at))
+                at += ENTRY
+            return found
+
+
+def _key_at(entries: bytes | mmap.mmap, at: int) -> int:
+    return int.from_bytes(entries[at + KEY_AT : at + ENTRY], "little")
 
 
 def _matching(entries: bytes, key: int) -> Iterator[int]:
-    """The offsets of the entries with ``key``: a byte search for the key's three bytes,
-    kept where they are an entry's key."""
+    """The offsets of the entries with ``key`` in entries as written: a byte search for the
+    key's three bytes, kept where they are an entry's key."""
     wanted = key.to_bytes(3, "little")
     at = entries.find(wanted)
     while at >= 0:
@@ -112,7 +154,7 @@ def _matching(entries: bytes, key: int) -> Iterator[int]:
             at = entries.find(wanted, at + 1)
 
 
-def _offset_at(entries: bytes, at: int) -> int:
+def _offset_at(entries: bytes | mmap.mmap, at: int) -> int:
     return int.from_bytes(entries[at : at + KEY_AT], "little")
 
 
@@ -136,13 +178,11 @@ def _scan(path: Path, after: int | None = None) -> bytes:
                 return index_lines(lines, start)
 
 
-def _build(path: Path, index: Path) -> bytes:
-    """Index a journal file nobody writes any more; the index is written whole, atomically."""
-    entries = _scan(path)
+def _write_sorted(index: Path, entries: bytes) -> None:
+    """Write ``entries``, sorted, as ``index``, whole or not at all."""
     partial = index.with_name(f".{index.name}.{os.getpid()}")
-    partial.write_bytes(entries)
+    partial.write_bytes(sort_index(entries))
     os.replace(partial, index)
-    return entries
 
 
 def _line(path: Path, offset: int) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import call_in_reactor
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
-from wiremq.modules.journal.index import index_path
+from wiremq.modules.journal.index import index_path, writing_index_path
 from wiremq.modules.security.users import UsersFile
 
 SMALL_FILES = {
@@ -127,7 +127,9 @@ def test_life_stories_of_a_run_with_mixed_fates_across_files_and_runs(
     assert story["records"][2]["to"] == "/queue/elsewhere"
     assert len({r["file"] for r in story["records"]}) == 2, "two runs, two files"
     assert story["indexed"] == 0, "indexed once"
-    assert all(index_path(p).exists() for p in _journal_files(server))
+    assert all(index_path(p).exists() for p in first_run), "sorted indexes of the closed files"
+    being_written = server.core.journal.files.current
+    assert being_written is not None and writing_index_path(being_written).exists()
     missing = api.request("GET", "/api/messages/wmq-none/story")
     assert missing.status == 404 and "no record of message 'wmq-none'" in missing.error
 

@@ -8,7 +8,7 @@ import json
 
 from wiremq.modules.journal._encode import index_key, index_lines
 from wiremq.modules.journal.files import JournalFiles
-from wiremq.modules.journal.index import JournalIndex, index_path
+from wiremq.modules.journal.index import JournalIndex, index_path, writing_index_path
 
 
 def _line(event: str, message_id: str | None, **fields: object) -> bytes:
@@ -97,3 +97,26 @@ def test_index_entries_are_each_lines_offset_and_key():
     assert first & (2**40 - 1) == 1000 and first >> 40 == index_key("a")
     second_at = 1000 + len(_line("received", "a")) + len(_line("cleanup_ended", None))
     assert second & (2**40 - 1) == second_at and second >> 40 == index_key("b")
+
+
+def test_a_closed_file_has_its_entries_sorted_and_a_crashed_runs_are_sorted_when_read(
+    tmp_path,
+):
+    folder = tmp_path / "journal"
+    files = JournalFiles(folder, 10_000, "abcd")
+    files.write(_line("received", "zz") + _line("received", "aa") + _line("stored", "zz"))
+    written = files.current
+    assert written is not None and writing_index_path(written).exists()
+    files.close()
+    assert not writing_index_path(written).exists()
+    entries = index_path(written).read_bytes()
+    values = [int.from_bytes(entries[i : i + 8], "little") for i in range(0, len(entries), 8)]
+    assert values == sorted(values) and len(values) == 3
+    crashed = JournalFiles(folder, 10_000, "dead")
+    crashed.write(_line("received", "zz"))
+    left = crashed.current  # never closed: its entries as written, no sorted index
+    assert left is not None
+    story = JournalIndex(folder).story("zz")
+    assert [r["event"] for r in story.records] == ["received", "stored", "received"]
+    assert story.indexed == 1 and index_path(left).exists()
+    assert not writing_index_path(left).exists()
