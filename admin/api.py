@@ -328,7 +328,9 @@ class Api:
     def retry_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
         return self.waiting(
-            lambda done, failed: self.operations.retry(name, message_id, done, failed),
+            lambda done, failed: self.operations.retry(
+                name, message_id, done, failed, lambda to: call.may(WRITE, to)
+            ),
             lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
@@ -609,10 +611,10 @@ class Api:
             Route(
                 "GET",
                 f"/api/destinations/{name}/messages",
-                OPERATOR,
+                VIEWER,
                 self.browse,
                 "the messages waiting in a queue, in delivery order, with the first bytes "
-                "of each body",
+                "of each body (read on the queue is enough)",
                 "messages",
                 query=(limit,),
                 errors=(400, 404),
@@ -646,7 +648,7 @@ class Api:
                 f"/api/destinations/{name}/messages/{{message}}/retry",
                 OPERATOR,
                 self.retry_message,
-                "send a dead message back to its original-destination",
+                "send a dead message back to its original-destination (needs write there)",
                 "messages",
                 errors=(400, 404, 409),
             ),

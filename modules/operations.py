@@ -304,10 +304,16 @@ class Operations:
         )
 
     def retry(
-        self, name: str, message_id: str, done: Callable[[str | None], None], failed: Failed
+        self,
+        name: str,
+        message_id: str,
+        done: Callable[[str | None], None],
+        failed: Failed,
+        may_write: Callable[[str], bool] = lambda destination: True,
     ) -> None:
         """Send a dead message back to the destination it came from (its
-        ``original-destination`` header), without the headers that made it dead."""
+        ``original-destination`` header), without the headers that made it dead, if
+        ``may_write`` there (else 403)."""
 
         def original(views: list[MessageView]) -> None:
             view = next((v for v in views if v.message_id == message_id), None)
@@ -320,6 +326,9 @@ class Operations:
                         400, f"message {message_id!r} has no {ORIGINAL_DESTINATION} header"
                     )
                 )
+                return
+            if not may_write(back):
+                failed(OperationError(403, f"permission denied: write {back[:200]}"))
                 return
             try:
                 self.take(name, message_id, back, done, failed)

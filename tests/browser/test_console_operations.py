@@ -284,6 +284,7 @@ def test_a_viewer_reads_tables_subscriptions_and_stories_and_acts_on_nothing(
     assert "Users" not in _texts(browser, "#nav a")
     _open(browser, f"{base}/#/destinations", "destinations")
     _until(browser, lambda b: _column(b, "Queues", 1) == ["/queue/v"])
+    assert _text(browser, 'section[data-title="Queues"] .range') == "1–1 of 1"
     assert _texts(browser, 'section[data-title="Queues"] button[data-action]') == []
     assert _texts(browser, 'button[data-action="create"]') == []
     _open(browser, f"{base}/#/destination/{encoded('/topic/v')}", "destination")
@@ -292,6 +293,11 @@ def test_a_viewer_reads_tables_subscriptions_and_stories_and_acts_on_nothing(
     assert _texts(browser, 'button[data-action="Remove"]') == []
     assert _texts(browser, 'button[data-action="publish"]') == []
     shoot("viewer-topic")
+    fill(server.port, "/queue/waits", ["browse me"])
+    _open(browser, f"{base}/#/destination/{encoded('/queue/waits')}", "destination")
+    waiting = "Messages waiting (first 50)"
+    _until(browser, lambda b: _column(b, waiting, 7) == ["browse me"])  # read: browse
+    assert _texts(browser, f'section[data-title="{waiting}"] button') == [], "no Delete, Move"
     _open(browser, f"{base}/#/story/{encoded(message.headers['message-id'])}", "story")
     _until(browser, lambda b: "consumed" in _texts(b, "table.story tbody td:nth-child(2)"))
     _open(browser, f"{base}/#/users", "overview")  # not a viewer's page: the overview instead

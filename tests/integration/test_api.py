@@ -367,7 +367,7 @@ def test_malformed_credentials_get_401(with_users, header):
     [
         ("viewer", "GET", "/api/overview", None, True),
         ("viewer", "GET", "/metrics", None, True),
-        ("viewer", "GET", "/api/destinations/%2Fqueue%2Fr/messages", None, False),
+        ("viewer", "GET", "/api/destinations/%2Fqueue%2Fr/messages", None, True),  # read
         ("viewer", "POST", "/api/destinations/%2Fqueue%2Fr/purge", None, False),
         ("viewer", "PUT", "/api/parameters/ClientEgress.maxdepth", {"value": 500}, False),
         ("operator", "POST", "/api/destinations/%2Fqueue%2Fr/purge", None, True),

@@ -273,3 +273,26 @@ def test_what_a_user_may_do_to_destinations_follows_their_permissions(
     assert Api(api.port, auth=("maker", "maker-pw")).ok(
         "POST", "/api/destinations", {"name": "/queue/mine.b"}
     )
+
+
+def test_a_dead_message_goes_back_only_where_its_sender_may_write(reactor, start_server, tmp_path):
+    users = UsersFile(tmp_path / "data")
+    users.set("ops", "ops-pw", "operator")
+    users.grant("ops", None, "/queue/DMQ", ["admin"])
+    users.grant(None, "anonymous", ">", ["read", "write", "create"])
+    server = start_server(**{"Security.allowanonymous": "true"})
+    ops = Api(open_console(reactor, server).port, auth=("ops", "ops-pw"))
+    consumer, recorder = connect(server.port)
+    consumer.subscribe("/queue/secret", id="s", ack="client-individual")
+    fill(server.port, "/queue/secret", ["dead"])
+    (message,) = recorder.wait_for_messages(1)
+    consumer.nack(message.headers["ack"], requeue="false", receipt="n")
+    assert recorder.wait_until(lambda: "n" in recorder.receipts)
+    base = f"/api/destinations/{encoded('/queue/DMQ')}/messages"
+    assert until(lambda: len(ops.get(base)["messages"]) == 1)
+    retry = f"{base}/{encoded(message.headers['message-id'])}/retry"
+    refused = ops.request("POST", retry)
+    assert refused.status == 403 and refused.error == "permission denied: write /queue/secret"
+    assert len(ops.get(base)["messages"]) == 1, "it stays where it was"
+    users.grant("ops", None, "/queue/secret", ["write"])
+    assert ops.ok("POST", retry)["to"] == "/queue/secret"
