@@ -21,8 +21,12 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+import structlog
+
 from wiremq.modules.journal._encode import index_lines
 from wiremq.modules.journal.index import SUFFIX, complete, writing_index_path
+
+log = structlog.get_logger("wiremq.journal")
 
 
 class JournalFiles:
@@ -81,7 +85,10 @@ class JournalFiles:
         finally:
             file.close()
             index.close()
-        complete(Path(file.name))
+        try:
+            complete(Path(file.name))
+        except OSError as error:  # the journal is whole: a lookup sorts the index later
+            log.error("journal.index_failed", file=file.name, error=str(error))
 
 
 def _write_all(file: BinaryIO, data: bytes) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,10 +49,20 @@ def writing_index_path(journal: Path) -> Path:
 
 
 def complete(journal: Path) -> None:
-    """The writer closed ``journal``: its entries, sorted, become its index."""
+    """The writer closed ``journal``: its entries, sorted, become its index (unless a lookup
+    made it meanwhile)."""
     writing = writing_index_path(journal)
-    _write_sorted(index_path(journal), writing.read_bytes())
-    writing.unlink()
+    try:
+        entries = writing.read_bytes()
+    except FileNotFoundError:
+        return
+    _write_sorted(index_path(journal), entries)
+    writing.unlink(missing_ok=True)
+
+
+def run_of(journal: Path) -> str:
+    """The server run that wrote a journal file (``<time>-<run>-<n>.jsonl``)."""
+    return journal.name.split("-")[-2]
 
 
 @dataclass
@@ -110,8 +121,10 @@ class JournalIndex:
         index = index_path(path)
         if not index.exists():
             _write_sorted(index, _scan(path))
-            writing_index_path(path).unlink(missing_ok=True)  # a crashed run's
             story.indexed += 1
+            current = self.current()
+            if current is None or run_of(current) != run_of(path):  # a crashed run's
+                writing_index_path(path).unlink(missing_ok=True)
         return _sorted_matching(index, key)
 
 
@@ -180,7 +193,7 @@ def _scan(path: Path, after: int | None = None) -> bytes:
 
 def _write_sorted(index: Path, entries: bytes) -> None:
     """Write ``entries``, sorted, as ``index``, whole or not at all."""
-    partial = index.with_name(f".{index.name}.{os.getpid()}")
+    partial = index.with_name(f".{index.name}.{os.getpid()}.{threading.get_ident()}")
     partial.write_bytes(sort_index(entries))
     os.replace(partial, index)
 

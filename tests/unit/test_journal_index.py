@@ -120,3 +120,16 @@ def test_a_closed_file_has_its_entries_sorted_and_a_crashed_runs_are_sorted_when
     assert [r["event"] for r in story.records] == ["received", "stored", "received"]
     assert story.indexed == 1 and index_path(left).exists()
     assert not writing_index_path(left).exists()
+
+
+def test_a_file_a_lookup_indexed_while_it_was_being_closed_is_left_as_it_is(tmp_path):
+    folder = tmp_path / "journal"
+    files = JournalFiles(folder, 10_000, "abcd")
+    files.write(_line("received", "m1"))
+    written = files.current
+    assert written is not None
+    # the writer is between two files: a lookup finds this one closed and sorts its index
+    assert len(JournalIndex(folder, lambda: None).story("m1").records) == 1
+    assert index_path(written).exists() and not writing_index_path(written).exists()
+    files.close()  # its own sorting finds the work done
+    assert len(JournalIndex(folder).story("m1").records) == 1
