@@ -9,7 +9,9 @@ a wait."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -194,12 +196,24 @@ def test_an_admin_makes_a_destination_publishes_and_reads_the_story(
     _until(browser, lambda b: len(_texts(b, "table.story tbody tr")) == 2)
     assert _config_declares(server, "/queue/made")
 
+    # delete it (the admin's): purged, removed, no longer declared
+    _open(browser, f"{base}/#/destination/{encoded('/queue/made')}", "destination")
+    _click(browser, 'section[data-section="actions"] button[data-action="Delete"]')
+    _accept(browser)
+    _until(
+        browser, lambda b: b.execute_script("return document.body.dataset.ready") == "destinations"
+    )
+    assert '"purged" 1' in _text(browser, "#flash") or "purged 1" in _text(browser, "#flash")
+    assert "/queue/made" not in server.core.destinations.queues
+    assert not _config_declares(server, "/queue/made")
+
 
 def _config_declares(server, name: str) -> bool:
-    from pathlib import Path
-
     config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
-    return f'name="{name}"' in config.read_text() and 'declared="true"' in config.read_text()
+    return any(
+        e.get("name") == name and e.get("declared") == "true"
+        for e in ElementTree.parse(config).getroot().iter("Destination")
+    )
 
 
 def test_an_operator_moves_by_searching_shuts_down_resumes_and_removes_a_subscription(
@@ -228,6 +242,12 @@ def test_an_operator_moves_by_searching_shuts_down_resumes_and_removes_a_subscri
     _until(browser, lambda b: "Move:" in _text(b, "#flash"))
     assert 'to "/queue/dst.us"' in _text(browser, "#flash")
     _until(browser, lambda b: "no message waits" in _text(b, f'section[data-title="{waiting}"]'))
+
+    # an operator publishes too
+    _type(browser, 'textarea[name="body"]', "from the operator")
+    _click(browser, 'button[data-action="publish"]')
+    _until(browser, lambda b: "Published" in _text(b, ".form-result"))
+    _until(browser, lambda b: _column(b, waiting, 7) == ["from the operator"])
 
     # Shut down / Resume: only the action that applies
     assert "Shut down" in _actions(browser) and "Resume" not in _actions(browser)
