@@ -372,7 +372,9 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
         if server.core is not None:
             history.sample(time.time(), server.flow_state())
 
-    server.add_task(Periodic(server.runtime, lambda: admin.sampleinterval, sample))
+    server.add_task(
+        Periodic(server.runtime, lambda: history.next_interval(admin.sampleinterval), sample)
+    )
     log.info(
         "console.listening",
         host=host,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -108,6 +109,14 @@ def test_history_samples_rates_from_the_counters(reactor, start_server, console_
     assert any(received), f"a rate of received messages was charted: {received}"
     mine = api.get(f"/api/history?destination={encoded('/queue/h')}")
     assert 20 in mine["series"]["messages"]["values"]
+
+
+def test_a_charted_rate_comes_within_seconds_of_a_start_at_the_default_interval(console):
+    server, api = console  # Admin.sampleinterval: 10 s; rates once two samples were taken
+    started = time.monotonic()
+    assert until(lambda: len(api.get("/api/history")["times"]) >= 2, timeout=8)
+    rates = api.get("/api/history")["series"]["received"]["values"]
+    assert rates[1] is not None and time.monotonic() - started < 10
 
 
 def test_openapi_documents_every_route(console):

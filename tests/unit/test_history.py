@@ -64,3 +64,16 @@ def test_events_are_numbered_and_read_after_a_number():
     assert [n for n, _ in stream.since(3, 10)] == [4, 5]
     assert [n for n, _ in stream.since(2, 1)] == [3]
     assert stream.since(5, 10) == []
+
+
+def test_the_first_samples_come_sooner_so_charts_show_rates_within_seconds():
+    history = History(span=3600, interval=10, destinations=5)
+    waits = []
+    now = 0.0
+    for _ in range(6):
+        wait = history.next_interval(10.0)
+        waits.append(wait)
+        now += wait
+        history.sample(now, _state(int(now * 100), 0, 0))
+    assert waits == [0.0, 1.25, 2.5, 5.0, 10.0, 10.0]
+    assert history.json()["series"]["received"]["values"][1] == 100.0, "a rate at 1.25 s"
