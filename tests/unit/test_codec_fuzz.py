@@ -166,6 +166,9 @@ def _outcome(data: bytes, cuts: list[int], version: str, limits: DecoderLimits):
             decoded += decoder.feed(piece)
     except ProtocolError as error:
         return decoded, (error.message, error.detail)
+    error = decoder.error  # met behind good frames: kept, raised by the next feed
+    if error is not None:
+        return decoded, (error.message, error.detail)
     return decoded, decoder.buffered
 
 
@@ -299,6 +302,7 @@ def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
 @example(data=b"SEND\ncontent-length:3\n\nabc\0SEND\n\n\0", cuts=[24], version="1.2", fill_from=1)
 @example(data=b"SEND\ncontent-length:3\n\nabcX", cuts=[23], version="1.2", fill_from=1)
 @example(data=b"SEND\ncontent-length:3\n\nab", cuts=[23], version="1.2", fill_from=1)
+@example(data=b"SEND\ncontent-length:1\n\nx\0AAA\n\\:\n\n\0", cuts=[23], version="1.1", fill_from=0)
 def test_bodies_filled_in_place_decode_exactly_as_joined_ones(data, cuts, version, fill_from):
     """Filling a body as its pieces arrive (any body from ``FILL_FROM`` bytes on) gives the
     same frames and the same error as joining its pieces."""
