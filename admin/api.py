@@ -10,13 +10,13 @@ for the store answers when it is done (a Deferred).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
+from wiremq.admin.answers import operation, tuned, waiting
 from wiremq.admin.destinations import DestinationsApi
 from wiremq.admin.routes import ADMIN, OPERATOR, VIEWER, Call, HttpError, Query, Route
 from wiremq.admin.story import StoryApi
@@ -24,13 +24,13 @@ from wiremq.admin.users import UsersApi
 from wiremq.config.groups import AdminSettings, DestinationPolicy, ServerSettings
 from wiremq.config.registry import Parameter
 from wiremq.config.settings import DESTINATION_GROUP
-from wiremq.config.tuning import SaveFailed, Tuning, TuningError, UnknownParameter
+from wiremq.config.tuning import Tuning, UnknownParameter
 from wiremq.config.wizard import MANUAL_EXAMPLE, WizardInputs, allocate, written_values
 from wiremq.modules.core import Core
 from wiremq.modules.destinations.destination import domain_of
 from wiremq.modules.events import EVENTS, EventStream
 from wiremq.modules.history import History
-from wiremq.modules.operations import OperationError, Operations
+from wiremq.modules.operations import Operations
 from wiremq.modules.security.permissions import WRITE
 from wiremq.modules.security.users import Users
 
@@ -109,7 +109,7 @@ class Api:
         self.stories = StoryApi(
             server, Path(ServerSettings.read(server.settings, "Server").datadir)
         )
-        self.destinations = DestinationsApi(self)
+        self.destinations = DestinationsApi(self.core, tuning)
         self.console_host = ""  # where the console listens (set once it does)
         self.console_port = 0
         self.localhost_only = False  # no users file: the console listens on 127.0.0.1 only
@@ -214,7 +214,7 @@ class Api:
         raise HttpError(404, f"no connection with session {call.params['session']!r}")
 
     def disconnect(self, call: Call) -> dict[str, Any]:
-        self.operation(lambda: self.operations.disconnect(call.params["session"]))
+        operation(lambda: self.operations.disconnect(call.params["session"]))
         return {"disconnected": call.params["session"]}
 
     # -- destinations ----------------------------------------------------------------------
@@ -235,7 +235,7 @@ class Api:
 
     def purge(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]
-        return self.waiting(
+        return waiting(
             lambda done, failed: self.operations.purge(name, done, failed),
             lambda count: {"destination": name, "purged": count},
         )
@@ -247,9 +247,7 @@ class Api:
             self.destinations.undeclare(name)
             return {"destination": name, "deleted": True, "purged": count}
 
-        return self.waiting(
-            lambda done, failed: self.operations.delete(name, done, failed), deleted
-        )
+        return waiting(lambda done, failed: self.operations.delete(name, done, failed), deleted)
 
     def shutdown(self, call: Call) -> dict[str, Any]:
         return self._set_shutdown(call.params["name"], True)
@@ -260,7 +258,7 @@ class Api:
     def _set_shutdown(self, name: str, shut: bool) -> dict[str, Any]:
         if domain_of(name) is None:
             raise HttpError(400, f"{name!r} is neither /queue/NAME nor /topic/NAME")
-        self.tune(lambda: self.tuning.change_destination(name, {"shutdown": shut or None}))
+        tuned(lambda: self.tuning.change_destination(name, {"shutdown": shut or None}))
         return {"destination": name, "shutdown": shut}
 
     def destination_parameters(self, call: Call) -> dict[str, Any]:
@@ -290,7 +288,7 @@ class Api:
         if domain_of(name) is None:
             raise HttpError(400, f"{name!r} is neither /queue/NAME nor /topic/NAME")
         value = _value(call.body)
-        outcome = self.tune(lambda: self.tuning.change_destination(name, {parameter: value}))
+        outcome = tuned(lambda: self.tuning.change_destination(name, {parameter: value}))
         return {
             "destination": name,
             "parameter": parameter,
@@ -304,7 +302,7 @@ class Api:
         name = call.params["name"]
         limit = call.query.get("limit", 100)
         head = self.admin.browsebytes
-        return self.waiting(
+        return waiting(
             lambda done, failed: self.operations.browse(name, limit, head, done, failed),
             lambda views: {"destination": name, "messages": [v.json() for v in views]},
         )
@@ -320,14 +318,14 @@ class Api:
 
     def _take(self, call: Call, to: str | None) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
-        return self.waiting(
+        return waiting(
             lambda done, failed: self.operations.take(name, message_id, to, done, failed),
             lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
     def retry_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
-        return self.waiting(
+        return waiting(
             lambda done, failed: self.operations.retry(
                 name, message_id, done, failed, lambda to: call.may(WRITE, to)
             ),
@@ -361,7 +359,7 @@ class Api:
         except UnknownParameter as error:
             raise HttpError(404, error.problem) from None
         value = _value(call.body)
-        outcome = self.tune(lambda: self.tuning.change({param.key: value}))
+        outcome = tuned(lambda: self.tuning.change({param.key: value}))
         return {**describe(param, self.tuning), "applied": outcome[0].applied}
 
     def set_parameters(self, call: Call) -> dict[str, Any]:
@@ -369,20 +367,10 @@ class Api:
         values = body.get("values") if isinstance(body, dict) else None
         if not isinstance(values, dict) or not values:
             raise HttpError(400, 'the body must be {"values": {"Group.name": value, ...}}')
-        outcomes = self.tune(lambda: self.tuning.change(values))
+        outcomes = tuned(lambda: self.tuning.change(values))
         return {
             "changed": [{"key": o.key, "value": o.value, "applied": o.applied} for o in outcomes]
         }
-
-    def tune(self, change: Callable[[], Any]) -> Any:
-        try:
-            return change()
-        except UnknownParameter as error:
-            raise HttpError(404, error.problem) from None
-        except TuningError as error:
-            raise HttpError(400, str(error)) from None
-        except SaveFailed as error:
-            raise HttpError(500, str(error)) from None
 
     # -- the wizard ------------------------------------------------------------------------
 
@@ -413,45 +401,13 @@ class Api:
 
     def wizard_apply(self, call: Call) -> dict[str, Any]:
         result = self.wizard(call)
-        outcomes = self.tune(lambda: self.tuning.change(result["values"]))
+        outcomes = tuned(lambda: self.tuning.change(result["values"]))
         return {
             **result,
             "changed": [{"key": o.key, "value": o.value, "applied": o.applied} for o in outcomes],
         }
 
     # -- helpers -----------------------------------------------------------------------------
-
-    def operation(self, action: Callable[[], Any]) -> Any:
-        try:
-            return action()
-        except OperationError as error:
-            raise HttpError(error.status, error.problem) from None
-
-    def waiting(
-        self,
-        start: Callable[[Callable[[Any], None], Callable[[Exception], None]], None],
-        answer: Callable[[Any], dict[str, Any]],
-    ) -> defer.Deferred[dict[str, Any]]:
-        """An operation that calls back when done, as a Deferred of its answer."""
-        result: defer.Deferred[dict[str, Any]] = defer.Deferred()
-
-        def failed(error: Exception) -> None:
-            if isinstance(error, OperationError):
-                error = HttpError(error.status, error.problem)
-            elif not isinstance(error, HttpError):
-                error = HttpError(500, f"the store failed: {error}")
-            result.errback(error)
-
-        def done(value: Any) -> None:
-            try:
-                answered = answer(value)
-            except (HttpError, OperationError) as error:
-                failed(error)
-                return
-            result.callback(answered)
-
-        self.operation(lambda: start(done, failed))
-        return result
 
     # -- the table -------------------------------------------------------------------------
 

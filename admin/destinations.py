@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from twisted.internet import defer
 
+from wiremq.admin.answers import operation, tuned, waiting
 from wiremq.admin.routes import ADMIN, OPERATOR, VIEWER, Call, HttpError, Query, Route
+from wiremq.config.tuning import Tuning
+from wiremq.modules.core import Core
 from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
 from wiremq.modules.security.permissions import CREATE, READ, WRITE
-
-if TYPE_CHECKING:
-    from wiremq.admin.api import Api
 
 PAGE_MAX = 1000  # destinations one page holds at most
 KINDS = ("queue", "topic")
@@ -60,15 +61,17 @@ def _sort_value(value: Any) -> tuple[int, Any]:
 
 
 class DestinationsApi:
-    """The handlers (see the module docstring), on the ``Api`` they belong to."""
+    """The handlers (see the module docstring), on the core ``core()`` answers (503 while
+    the server starts) and the parameters ``tuning`` changes."""
 
-    def __init__(self, api: Api) -> None:
-        self.api = api
+    def __init__(self, core: Callable[[], Core], tuning: Tuning) -> None:
+        self.core = core
+        self.tuning = tuning
 
     # -- the table -------------------------------------------------------------------------
 
     def table(self, call: Call) -> dict[str, Any]:
-        registry = self.api.core().destinations
+        registry = self.core().destinations
         kind = call.query.get("kind")
         pool: list[Destination] = [
             *(registry.queues.values() if kind in (None, "queue") else ()),
@@ -112,18 +115,18 @@ class DestinationsApi:
         name, parameters = body["name"], body.get("parameters", {})
         if not isinstance(parameters, dict):
             raise HttpError(400, "parameters must map Destination parameters to values")
-        operations = self.api.operations
-        self.api.operation(lambda: operations.check_new(name))
-        tuning = self.api.tuning
+        operations = self.core().operations
+        operation(lambda: operations.check_new(name))
+        tuning = self.tuning
         try:
-            outcomes = self.api.tune(
+            outcomes = tuned(
                 lambda: tuning.change_destination(name, {**parameters, "declared": True})
             )
         except HttpError as error:
             if error.status != 404:
                 raise
             raise HttpError(400, error.message) from None  # an unknown parameter in the body
-        created = self.api.operation(lambda: operations.create(name))
+        created = operation(lambda: operations.create(name))
         return {
             "destination": name,
             "kind": created.state()["kind"],
@@ -136,9 +139,9 @@ class DestinationsApi:
 
     def undeclare(self, name: str) -> None:
         """A deleted destination is no longer made at start (its other overrides stay)."""
-        tuning = self.api.tuning
+        tuning = self.tuning
         if tuning.settings.destinations.get(name, {}).get("declared"):
-            self.api.tune(lambda: tuning.change_destination(name, {"declared": None}))
+            tuned(lambda: tuning.change_destination(name, {"declared": None}))
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -159,11 +162,11 @@ class DestinationsApi:
         if not isinstance(persistent, bool):
             raise HttpError(400, "persistent must be true or false")
         content = _content(body.get("body", ""), body.get("encoding", "text"))
-        core = self.api.core()
+        core = self.core()
         if core.destinations.get(name) is None and not call.may(CREATE, name):
             raise HttpError(403, f"permission denied: {CREATE} {name[:200]}")
         publisher = core.publisher
-        return self.api.waiting(
+        return waiting(
             lambda done, failed: publisher.publish(
                 name, headers, content, persistent, done, failed
             ),
@@ -178,7 +181,7 @@ class DestinationsApi:
     # -- durable subscriptions ---------------------------------------------------------------
 
     def _topic(self, name: str) -> Topic:
-        found = self.api.core().destinations.get(name)
+        found = self.core().destinations.get(name)
         if found is None:
             raise HttpError(404, f"no destination {name!r}")
         if not isinstance(found, Topic):
@@ -187,8 +190,8 @@ class DestinationsApi:
 
     def durable_list(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         topic = self._topic(call.params["name"]).name
-        durables = self.api.core().durables
-        return self.api.waiting(
+        durables = self.core().durables
+        return waiting(
             lambda done, failed: durables.list(topic, done, failed),
             lambda views: {"topic": topic, "subscriptions": [v.json() for v in views]},
         )
@@ -198,8 +201,8 @@ class DestinationsApi:
         if "client_id" not in call.query or "subscription" not in call.query:
             raise HttpError(400, "name the subscription: ?client_id=ID&subscription=NAME")
         client_id, name = call.query["client_id"], call.query["subscription"]
-        durables = self.api.core().durables
-        return self.api.waiting(
+        durables = self.core().durables
+        return waiting(
             lambda done, failed: durables.remove(
                 topic, client_id, name, lambda: done(None), failed
             ),

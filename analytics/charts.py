@@ -35,25 +35,6 @@ def _label(x: float, y: float, text: str, anchor: str = "start") -> str:
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">{escape(text)}</text>'
 
 
-def bars(title: str, rows: Sequence[tuple[str, float]], unit: str = "") -> str:
-    """A horizontal bar per (label, value), longest scaled to the width."""
-    if not rows:
-        return _frame(30, [_label(4, 20, f"{title}: nothing to show")], title)
-    top = max(value for _, value in rows) or 1
-    span = WIDTH - LEFT - 90
-    body = []
-    for i, (label, value) in enumerate(rows):
-        y = 10 + i * BAR
-        length = span * value / top
-        body.append(_label(LEFT - 6, y + BAR * 0.7, label[:40], "end"))
-        body.append(
-            f'<rect x="{LEFT}" y="{y}" width="{length:.1f}" height="{BAR - 4}" '
-            f'fill="{PALETTE[0]}"><title>{escape(label)}: {value:,.0f}{unit}</title></rect>'
-        )
-        body.append(_label(LEFT + length + 4, y + BAR * 0.7, f"{value:,.0f}{unit}"))
-    return _frame(20 + len(rows) * BAR, body, title)
-
-
 def stacked(title: str, parts: Sequence[str], rows: Sequence[tuple[str, Sequence[float]]]) -> str:
     """A horizontal bar per row split into ``parts`` (a legend on top)."""
     if not rows:

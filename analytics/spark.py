@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,17 +35,6 @@ def java_command() -> str:
     if found is None:
         raise JavaMissing(JAVA_MISSING)
     return found
-
-
-def java_version() -> str:
-    """``java -version``'s first line (raises JavaMissing when there is no Java)."""
-    done = subprocess.run(
-        [java_command(), "-version"], capture_output=True, text=True, timeout=60, check=False
-    )
-    lines = (done.stderr or done.stdout).strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise JavaMissing(f"{JAVA_MISSING} ({java_command()} -version failed)")
-    return lines[0]
 
 
 def start_session(master: str, app_name: str, driver_memory: str) -> SparkSession:

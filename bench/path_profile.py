@@ -59,13 +59,13 @@ STEPS = [
     (
         "distributing module",
         ("distributing.py", "handle"),
-        [("pipeline.py", "handle"), ("message.py", "wire_tail"), ("egress.py", "push_message")],
+        [("chain.py", "handle"), ("message.py", "wire_tail"), ("egress.py", "push_message")],
     ),
     ("  encoding MESSAGE tails", ("message.py", "wire_tail"), []),
     ("  egress queues (enqueue)", ("egress.py", "push_message"), []),
-    ("completion and receipts (terminal)", ("pipeline.py", "handle"), []),
+    ("completion and receipts (terminal)", ("chain.py", "handle"), []),
     ("socket writer (egress -> bytes)", ("egress.py", "write_out"), []),
-    ("ACK handling (connection)", ("connection.py", "_acknowledge"), []),
+    ("ACK handling (core session)", ("subscriptions.py", "acknowledge"), []),
     (
         "journal: records written (C)",
         ("~", "<method 'add' of 'wiremq.modules.journal._encode.Recorder' objects>"),

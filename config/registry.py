@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -90,6 +91,8 @@ class Parameter:
         """Raise ``ValueError`` if a typed value is outside what is allowed."""
         if self.choices and value not in self.choices:
             raise ValueError(f"{value!r} is not valid: expected {self.allowed()}")
+        if isinstance(value, str) and _NOT_XML.search(value):
+            raise ValueError(f"{value!r} is not valid: expected text without control characters")
         if self.kind in (int, float) and not isinstance(value, bool):
             assert isinstance(value, int | float)
             if math.isnan(value):
@@ -100,6 +103,11 @@ class Parameter:
             too_high = self.maximum is not None and value > self.maximum
             if too_low or too_high:
                 raise ValueError(f"{value} is out of range: expected {self.allowed()}")
+
+
+# What config.xml (XML 1.0) cannot hold: control characters but tab and line ends, lone
+# surrogates, U+FFFE and U+FFFF. A text value with one could never be saved.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,19 +38,6 @@ class Settings:
     def get(self, group: str, name: str) -> Value:
         return self._values[self._param(group, name).key]
 
-    def get_int(self, group: str, name: str) -> int:
-        value = self.get(group, name)
-        assert isinstance(value, int)
-        return value
-
-    def get_float(self, group: str, name: str) -> float:
-        value = self.get(group, name)
-        assert isinstance(value, int | float)
-        return float(value)
-
-    def get_str(self, group: str, name: str) -> str:
-        return str(self.get(group, name))
-
     def set(self, key: str, value: Value) -> None:
         """Set ``Group.name``; the value must already be typed and is checked on its own.
 

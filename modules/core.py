@@ -27,8 +27,10 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.client.connection import ClientConnection, ConnectionServices, ReadControl
+from wiremq.modules.client.connection import ClientConnection, ConnectionServices
+from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
+from wiremq.modules.client.reading import ReadControl
 from wiremq.modules.destinations.copies import Copier
 from wiremq.modules.destinations.deadletter import DeadLetters
 from wiremq.modules.destinations.destination import DestinationServices
@@ -141,6 +143,7 @@ class Core:
             TransactionMemorySettings.read(settings, "TransactionMemSizeManager"),
             runtime.monotonic,
             self.journal,
+            self.persistence,
         )
         for domain in DOMAINS:
             self.pipelines.chains[domain] = build_chain(
@@ -169,22 +172,27 @@ class Core:
             self.pipelines.submit,
             runtime,
         )
-        self.connection_services = ConnectionServices(
-            SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
-            runtime,
+        self.sessions = Sessions(
             self.ids,
             self.pipelines,
             self.destinations,
             self.transactions,
+            self.xa,
             self.persistence,
+            self.journal,
+            self.authenticator,
+            bounds.maxsubscriptions,
+        )
+        self.connection_services = ConnectionServices(
+            SessionSettings.of(ListenerSettings.read(settings, "StompListener")),
+            runtime,
+            self.ids,
             self.clients,
             Counter(),
             self.unfinished,
             bounds,
-            self.journal,
-            self.authenticator,
             self.memwatch,
-            self.xa,
+            self.sessions,
         )
 
         self.publisher = Publisher(
@@ -286,7 +294,7 @@ class Core:
                 gate.gauge.bytes for domain in DOMAINS for gate in flow.gates[domain][2:]
             )
             + self.spool.pending.total_bytes(),
-            "queue live buffers": persistence.cache_bytes if persistence is not None else 0,
+            "queue live buffers": persistence.live_buffer_bytes if persistence is not None else 0,
             "VolQueueStore": flow.volatile.gauge.bytes,
             "topic live buffers": flow.live.gauge.bytes,
             "durable replays": self.replays.reading_bytes,

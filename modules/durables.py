@@ -88,7 +88,7 @@ class DurableSubscriptions:
         def counted(info: SubscriptionInfo, count: int, more: bool) -> None:
             key = (info.client_id, info.name)
             active = persistence.active.get(key)
-            session = active.client.session.session_id if active is not None else None
+            session = active.session_id if active is not None else None
             views.append(
                 DurableView(
                     info.client_id,

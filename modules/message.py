@@ -1,8 +1,9 @@
 """A message inside the server: what the pipeline carries and destinations deliver.
 
 The MESSAGE frame's bytes after the ``subscription`` line are the same for every
-subscriber, so they are encoded once per message (per header-escaping flavour)
-and shared by every delivery; a delivery only prepends its own short head.
+subscriber, so they are encoded once per message (per STOMP version, whose header
+escaping differs) and shared by every delivery; a delivery only prepends its own
+short head.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 if TYPE_CHECKING:
     from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.errors import Refused
-    from wiremq.modules.pipeline.transaction import Unit
+    from wiremq.modules.sender import Sender
 
 # Headers of a SEND that describe the SEND itself, not the message.
 FRAME_ONLY_HEADERS = frozenset(
@@ -41,17 +42,37 @@ def priority_of(text: str) -> int:
     return JMS_DEFAULT_PRIORITY
 
 
-class MessageOrigin(Protocol):
-    """Who sent a message (a client connection, or the transaction it was committed in),
-    told once when the pipeline is done with it (of several of its messages at once,
-    in the order they were sent)."""
+class MessageWaiter(Protocol):
+    """Who waits for the pipeline to be done with a message: the session that sent it
+    (its receipt waits), or the committed transaction it belongs to. Told once per
+    message, of several at once in the order they were sent."""
 
     def messages_completed(self, messages: list[Message]) -> None: ...
     def message_refused(self, message: Message, refusal: Refused) -> None: ...
 
 
+class StorageStep(Protocol):
+    """A pipeline's storage step, as a committed transaction hands back the messages it
+    took from it: once the transaction is stored, or when it failed."""
+
+    def unit_stored(self, batch: list[Message], kept: list[Message]) -> None: ...
+    def unit_dropped(self, kept: list[Message]) -> None: ...
+
+
+class CommittedUnit(Protocol):
+    """The committed transaction a message belongs to (``pipeline/transaction.Unit``), as
+    a storage step sees it: the step hands the message over instead of storing it."""
+
+    def arrive(self, message: Message, step: StorageStep, store: bool) -> None: ...
+
+
 class Message:
-    """One message; immutable content, mutable delivery state (``redelivered``)."""
+    """One message: its content, where it goes, who sent it and who waits for it.
+
+    Admission may still set the ``expires`` header and the expiry (``maxttl``); after
+    that the content is not changed, but for the redelivery headers (``redelivered_before``,
+    which gives it a headers dict of its own).
+    """
 
     # Set by its queue when it needs them (queue.py, levels.py), not in __init__.
     level: int
@@ -71,7 +92,8 @@ class Message:
         "_stored_size",
         "transaction",
         "receipt",
-        "origin",
+        "sender",
+        "waiter",
         "target",
         "size",
         "redelivered",
@@ -90,7 +112,8 @@ class Message:
         destination: str,
         headers: dict[str, str],
         body: bytes,
-        origin: MessageOrigin | None = None,
+        sender: Sender | None = None,
+        waiter: MessageWaiter | None = None,
         expires: int = 0,
         timestamp: int = 0,
     ) -> None:
@@ -112,12 +135,13 @@ class Message:
             self.egress_queue = _D1
         self.receipt = headers.get("receipt")
         self.transaction = headers.get("transaction")
-        self.origin = origin
-        self.target: Destination | None = None  # resolved by the connection that received it
+        self.sender = sender  # None: the server's own (given back, moved, read back)
+        self.waiter = waiter  # told when the pipeline is done with it; None once told
+        self.target: Destination | None = None  # resolved by admission (its destination)
         self.size = len(body)
         self.redelivered = False
-        self.unit: Unit | None = None  # the committed transaction it belongs to
-        self._wire: dict[str, bytes] | None = None  # its tail by flavour, once encoded
+        self.unit: CommittedUnit | None = None  # the committed transaction it belongs to
+        self._wire: dict[str, bytes] | None = None  # its tail by STOMP version, once encoded
         self.timestamp = timestamp  # when the server received it (ms since the epoch)
 
     @property
@@ -125,12 +149,12 @@ class Message:
         """Headers passed on to consumers."""
         return [(k, v) for k, v in self.headers.items() if k not in FRAME_ONLY_HEADERS]
 
-    def wire_tail(self, flavour: str) -> bytes:
-        """The MESSAGE frame after its subscription/ack lines, escaped for ``flavour``."""
+    def wire_tail(self, stomp_version: str) -> bytes:
+        """The MESSAGE frame after its subscription/ack lines, escaped for ``stomp_version``."""
         wire = self._wire
         if wire is None:
             wire = self._wire = {}
-        cached = wire.get(flavour)
+        cached = wire.get(stomp_version)
         if cached is None:
             cached = plain_message_tail(
                 self.message_id,
@@ -146,15 +170,15 @@ class Message:
                 FRAME_ONLY_HEADERS,
                 self.body,
                 self.redelivered,
-                flavour,
+                stomp_version,
             )
-            wire[flavour] = cached
+            wire[stomp_version] = cached
         return cached
 
-    def own_tail(self, flavour: str) -> bytes:
+    def own_tail(self, stomp_version: str) -> bytes:
         """``wire_tail`` for one delivery alone, not kept with the message: a large
         message's (``workpool``), so that its copy lives only while that delivery waits."""
-        tail = self.wire_tail(flavour)
+        tail = self.wire_tail(stomp_version)
         self._wire = None
         return tail
 

@@ -3,9 +3,12 @@
 A published message goes down its destination's pipeline as a client's SEND
 does: admission (its headers checked, its expiry set, the destination made on
 first use), the spool checks, storage, distribution, and the audit journal
-records it. Its origin is a ``ConsoleSender``, told when the pipeline is done
-with the message (stored, if persistent: the answer is a receipt) or refuses
-it; it counts among the destination's producers only until then.
+records it. It is sent and waited for by a ``ConsoleSender``: the message's
+``Sender`` (may do anything: the console checked the caller's permissions; a
+producer whose watermarks stop nothing, the one message being on its way) and
+its waiter, told when the pipeline is done with it (stored, if persistent: the
+answer is a receipt) or refuses it. It counts among the destination's producers
+only until then.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from wiremq.modules.errors import Refused
 from wiremq.modules.message import FRAME_ONLY_HEADERS, Message
 from wiremq.modules.operations import Failed, OperationError
 from wiremq.modules.pipeline.chain import Batch
+from wiremq.modules.sender import Sender
 
 PERSISTENT = "persistent"
 
 
 class ConsoleSender:
-    """The origin of one published message (``MessageOrigin``), and a producer whose
-    reading there is nothing to stop (``Producer``): it sends one message."""
+    """Who sends one published message and waits for it (``MessageWaiter``), its producer
+    and transaction owner (``TransactionOwner``: it has no transactions)."""
 
     def __init__(
         self, destinations: Destinations, done: Callable[[str], None], failed: Failed
@@ -48,6 +52,9 @@ class ConsoleSender:
 
     def start_reading(self, reason: object) -> None:
         """The watermark cleared."""
+
+    def transaction_discarded(self, name: str, refusal: Refused) -> None:
+        """It opens no transaction (a ``transaction`` header is refused before)."""
 
 
 class Publisher:
@@ -87,6 +94,7 @@ class Publisher:
         sent = {k: v for k, v in headers.items() if k != PERSISTENT}
         if persistent:
             sent[PERSISTENT] = "true"
-        origin = ConsoleSender(self.destinations, done, failed)
-        message = Message(self.new_id(), name, sent, body, origin, 0, self.now_ms())
+        console = ConsoleSender(self.destinations, done, failed)
+        sender = Sender(access=None, producer=console, transactions=console)
+        message = Message(self.new_id(), name, sent, body, sender, console, timestamp=self.now_ms())
         self.submit(domain, [message])

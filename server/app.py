@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from wiremq.config.groups import (
     LiveBufferSettings,
     SecuritySettings,
     ServerSettings,
+    SettingsGroup,
     SlowSubscriberSettings,
     TlsSettings,
     WalSettings,
@@ -213,37 +215,23 @@ class WiremqServer:
                 core.expiry,
                 core.journal,
             ),
-            Periodic(
-                runtime,
-                lambda: CleanupIntervalSettings.read(settings, "VolQueueStoreImpl").cleanupinterval,
-                destinations.sweep_volatile,
-            ),
-            Periodic(
-                runtime,
-                lambda: LiveBufferSettings.read(settings, "DestinationManager").qlbcleanupinterval,
-                destinations.sweep_live_buffers,
-            ),
-            Periodic(
-                runtime,
-                lambda: LiveBufferSettings.read(settings, "DestinationManager").tlbcleanupinterval,
-                destinations.sweep_topic_buffers,
-            ),
-            Periodic(
-                runtime,
-                lambda: IdleDestinationSettings.read(settings, "DestinationManager").idletimetolive,
-                destinations.sweep_idle,
-            ),
-            Periodic(
-                runtime,
-                lambda: SlowSubscriberSettings.read(settings, "SlowSubscriber").checkinterval,
-                self.check_slow_subscribers,
-            ),
-            Periodic(
-                runtime,
-                lambda: SecuritySettings.read(settings, "Security").usersfilecheckinterval,
-                core.authenticator.refresh,
-            ),
         ]
+        # The periodic tasks: what sets each one's period (a field of typed settings, read at
+        # the start of each wait and when parameters change), and what each does.
+        volqueue = partial(CleanupIntervalSettings.read, settings, "VolQueueStoreImpl")
+        live_buffers = partial(LiveBufferSettings.read, settings, "DestinationManager")
+        idle = partial(IdleDestinationSettings.read, settings, "DestinationManager")
+        slow = partial(SlowSubscriberSettings.read, settings, "SlowSubscriber")
+        security = partial(SecuritySettings.read, settings, "Security")
+        for group, period, action in (
+            (volqueue, "cleanupinterval", destinations.sweep_volatile),
+            (live_buffers, "qlbcleanupinterval", destinations.sweep_live_buffers),
+            (live_buffers, "tlbcleanupinterval", destinations.sweep_topic_buffers),
+            (idle, "idletimetolive", destinations.sweep_idle),
+            (slow, "checkinterval", self.check_slow_subscribers),
+            (security, "usersfilecheckinterval", core.authenticator.refresh),
+        ):
+            tasks.append(Periodic(runtime, partial(_period, group, period), action))
         if self.server.packinterval > 0:
             tasks.append(Periodic(runtime, lambda: self.server.packinterval, self.pack))
         for task in tasks + self.cleanups:
@@ -353,3 +341,9 @@ class WiremqServer:
             self.core.persistence.statistics() if self.core and self.core.persistence else {}
         )
         log.info("server.stopped", commits=statistics)
+
+
+def _period(group: Callable[[], SettingsGroup], name: str) -> float:
+    """A periodic task's period in seconds: field ``name`` of the typed settings ``group``
+    reads now."""
+    return float(getattr(group(), name))

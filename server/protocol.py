@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import typing
+from collections.abc import Callable
+from typing import Any, cast
 
 import structlog
 from twisted.internet import tcp
@@ -12,21 +14,45 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from wiremq.modules.client.egress import Egress
+from wiremq.config.groups import (
+    ClientBounds,
+    ListenerSettings,
+    SlowSubscriberSettings,
+    WebSocketSettings,
+)
+from wiremq.modules.client.egress import Egress, Outbox
+from wiremq.modules.core import Core
+from wiremq.modules.flow.egress_queues import QueueLimits
 from wiremq.modules.flow.slowness import Verdict
+from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.tls import certificate_name
 from wiremq.server.writer import SocketWriter, socket_of
 
-if TYPE_CHECKING:
-    from wiremq.server.app import WiremqServer
-
 log = structlog.get_logger("wiremq.server")
+
+
+class ListeningServer(typing.Protocol):
+    """What the protocols of the connections a server accepts use of it
+    (``app.WiremqServer``)."""
+
+    reactor: Any
+    clock: Callable[[], float]
+    outbox: Outbox
+    runtime: TwistedRuntime
+    core: Core | None
+    connections: set[StompProtocol]  # those open
+    listener: ListenerSettings
+    bounds: ClientBounds
+    websocket: WebSocketSettings
+    slow_subscribers: SlowSubscriberSettings
+    egress_limits: tuple[QueueLimits, ...]
+    transmit_bound: int
 
 
 class StompProtocol(Protocol):
     """Hands bytes to the client's connection; writes happen once per burst via the outbox."""
 
-    def __init__(self, server: WiremqServer) -> None:
+    def __init__(self, server: ListeningServer) -> None:
         self.server = server
         self._heartbeat_call: IDelayedCall | None = None
         self.on_lost: Deferred[None] | None = None  # fired by connectionLost (server shutdown)
@@ -49,6 +75,7 @@ class StompProtocol(Protocol):
             server.listener.closegrace,
             server.slow_subscribers.window,
         )
+        assert server.core is not None  # made before any listener opens
         self.client = server.core.connect(
             self.egress,
             f"{peer.host}:{peer.port}",
@@ -120,7 +147,7 @@ class TransportReader:
 
 
 class StompFactory(Factory):
-    def __init__(self, server: WiremqServer) -> None:
+    def __init__(self, server: ListeningServer) -> None:
         self.server = server
 
     def buildProtocol(self, addr: object) -> StompProtocol:

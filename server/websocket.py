@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
@@ -47,10 +47,8 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from wiremq.server.protocol import ListeningServer
 from wiremq.server.writer import socket_of
-
-if TYPE_CHECKING:
-    from wiremq.server.app import WiremqServer
 
 log = structlog.get_logger("wiremq.websocket")
 
@@ -266,7 +264,7 @@ class WebSocketChannel(Protocol):
 class WebSocketFactory(Factory):
     """Makes the channel and its STOMP protocol of each WebSocket connection."""
 
-    def __init__(self, server: WiremqServer, make_stomp: Callable[[], Protocol]) -> None:
+    def __init__(self, server: ListeningServer, make_stomp: Callable[[], Protocol]) -> None:
         self.server = server
         self.make_stomp = make_stomp
         origins = server.websocket.allowedorigins.split(",")

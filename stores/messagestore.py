@@ -375,10 +375,6 @@ class WalStore:
     def destinations(self, prefix: str) -> list[str]:
         return self._state.destinations(prefix)
 
-    def wal_segments(self) -> list[Path]:
-        """The log's segment files, oldest first (for the console and tests)."""
-        return self._wal.segments()
-
     # -- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -1,9 +1,10 @@
 """VolQueueStore: the non-persistent queue messages held in memory until delivered.
 
 The messages themselves wait in their queue (``modules/destinations/queue.py``, in priority
-order with its persistent ones); the VolQueueStore counts them per queue and in
-total, so that counts are read without going through the queues. A queue
-tells its count what came in and went out once per dispatch.
+order with its persistent ones); the VolQueueStore keeps one count per queue of
+them and their bytes, which the queue tells once per dispatch
+(``modules/destinations/queue_counts.py``). A queue's own VolQueueStore watermark
+switched on while the server runs starts from that count.
 """
 
 from __future__ import annotations
@@ -35,19 +36,3 @@ class VolQueueStore:
     def drop(self, queue: str) -> None:
         """A queue is removed."""
         self._counts.pop(queue, None)
-
-    def count(self, queue: str) -> int:
-        count = self._counts.get(queue)
-        return count.messages if count is not None else 0
-
-    def byte_count(self, queue: str) -> int:
-        count = self._counts.get(queue)
-        return count.bytes if count is not None else 0
-
-    @property
-    def total_messages(self) -> int:
-        return sum(c.messages for c in self._counts.values())
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(c.bytes for c in self._counts.values())

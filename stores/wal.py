@@ -421,10 +421,6 @@ class WriteAheadLog:
         with self._lock:
             self._prepared = True
 
-    def segments(self) -> list[Path]:
-        with self._lock:
-            return [s.path for s in self._segments]
-
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from wiremq.config.groups import (
     ClientBounds,
     EgressSettings,
+    ListenerSettings,
     StoreSettings,
     TransactionMemorySettings,
     WalSettings,
@@ -17,11 +18,8 @@ from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder
 from wiremq.stores.storage import Location
 
 SETTINGS = Settings(REGISTRY)
-LIMITS = DecoderLimits(
-    SETTINGS.get_int("StompListener", "maxbodysize"),
-    SETTINGS.get_int("StompListener", "maxheaders"),
-    SETTINGS.get_int("StompListener", "maxheaderlength"),
-)
+_LISTENER = ListenerSettings.read(SETTINGS, "StompListener")
+LIMITS = DecoderLimits(_LISTENER.maxbodysize, _LISTENER.maxheaders, _LISTENER.maxheaderlength)
 BOUNDS = ClientBounds.read(SETTINGS, "StompListener")
 TRANSACTION_MEMORY = TransactionMemorySettings.read(SETTINGS, "TransactionMemSizeManager")
 EGRESS_LIMITS: tuple[QueueLimits, ...] = queue_limits(EgressSettings.read(SETTINGS, "ClientEgress"))

@@ -19,6 +19,7 @@ from wiremq.modules.flow.egress_queues import (
     EgressQueue,
     EgressQueues,
     Entry,
+    EntryOwner,
     Policy,
     QueueLimits,
 )
@@ -35,7 +36,7 @@ class EgressWriter(Protocol):
 
 
 class ControlThrottle(Protocol):
-    """Who stops reading a client whose control frames pile up (its connection): every
+    """Who stops reading a client whose control frames pile up (its ``ReadGate``): every
     request may ask for a RECEIPT, so a client that does not read them is not read either,
     as Twisted's HTTPChannel stops reading requests whose responses are not read."""
 
@@ -83,7 +84,7 @@ def _tell_owner(entry: Entry) -> None:
     """A delivery was discarded (discard-oldest): its subscription gives back its window slot."""
     owner = entry.owner
     if owner is not None:
-        owner.discarded(entry)  # type: ignore[attr-defined]
+        owner.discarded(entry)
 
 
 class Egress:
@@ -127,7 +128,7 @@ class Egress:
             self.throttle.control_full()
 
     def push_message(
-        self, queue: int, head: bytes, tail: bytes, owner: object, message: object
+        self, queue: int, head: bytes, tail: bytes, owner: EntryOwner, message: object
     ) -> None:
         """Queue a MESSAGE frame (a delivery head and the message's shared tail)."""
         self.queues.enqueue(queue, head, tail, owner, message)
@@ -144,18 +145,18 @@ class Egress:
         parts: list[bytes] = []
         append = parts.append
         run: list[object] = []
-        run_owner: object = None
+        run_owner: EntryOwner | None = None
         for head, tail, owner, _, item in entries:
             append(head)
             append(tail)
             if owner is not run_owner:
                 if run_owner is not None:
-                    run_owner.written(run)  # type: ignore[attr-defined]
+                    run_owner.written(run)
                 run = []
                 run_owner = owner
             run.append(item)
         if run_owner is not None:
-            run_owner.written(run)  # type: ignore[attr-defined]
+            run_owner.written(run)
         if indicated >= 0:
             parts[2 * indicated] = with_discard_indication(parts[2 * indicated], discarded)
         if self._throttled and not self.queues.holds(CONTROL):

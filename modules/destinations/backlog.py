@@ -35,7 +35,13 @@ store after that may be past what it saw, so a read that reached the end has
 seen everything only if no message was left since it was asked for
 (``leaves`` counts them). A live buffer given back after an idle time
 (``give_back``) is read again the same way, skipping the messages consumers
-hold (``given_back``).
+hold (``given_back``); the store keeps no delivery state, so the delivery
+counts of the redelivered ones wait here until they are read back
+(``given_back_redeliveries``).
+
+Stored messages an operator takes out of the backlog (``withhold``) are
+skipped by every read until the main read passes them, since a read may run
+before their removal is committed.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ class StoreBacklog:
         # by consumers, or acknowledged and on their way out of the store).
         self.given_back: set[int] = set()
         self.given_back_upto = 0
+        # The delivery counts of redelivered messages given back, by position.
+        self.given_back_redeliveries: dict[int, int] = {}
         # Stored messages an operator took out of the backlog (deleted, moved) whose removal
         # a read may not see yet: its reads skip them.
         self.withheld: set[int] = set()
@@ -94,11 +102,7 @@ class StoreBacklog:
         self.level_after = [0] * PRIORITIES  # how far each priority's reads went
         self.unsurveyed = False  # after a restart: priorities in the store unknown
         self.survey_after = 0
-        self.reading = False
-
-    @property
-    def pending(self) -> bool:
-        return self.after is not None
+        self.read_under_way = False
 
     def leave(self, seq: int, priority: int) -> None:
         """A stored message that memory does not keep."""
@@ -130,7 +134,7 @@ class StoreBacklog:
         waiting there (-1: none), ``hungry`` the selective filters with a ready consumer
         and nothing waiting for them."""
         after = self.after
-        if after is None or self.reading:
+        if after is None or self.read_under_way:
             return None
         examine = self.settings.scanmsgamount
         leaves = self.leaves
@@ -172,7 +176,7 @@ class StoreBacklog:
     def read_done(self, read: Read, batch: Batch) -> tuple[Found, Found]:
         """Note what a read saw; returns the messages to bring into memory and the expired
         ones met, less those already in memory or held by consumers."""
-        self.reading = False
+        self.read_under_way = False
         messages = self._not_handed_out(batch.messages)
         expired = self._not_handed_out(batch.expired)
         last = batch.last_seq
@@ -237,11 +241,21 @@ class StoreBacklog:
         self.left = [0] * PRIORITIES
         self.unsurveyed = False
 
+    def withhold(self, positions: list[int]) -> None:
+        """Stored messages an operator takes out of the backlog: no read hands them out,
+        even one that ran before their removal was committed."""
+        self.withheld.update(positions)
+        for seq in positions:
+            self.given_back_redeliveries.pop(seq, None)
+
     def purged(self, upto: int) -> None:
         """Every stored message waiting up to ``upto`` was removed (by an operator): unless
         messages were left in the store after it meanwhile, nothing waits there now."""
-        if self.after is not None and not self.reading and self.left_upto <= upto:
+        if self.after is not None and not self.read_under_way and self.left_upto <= upto:
             self._caught_up()
+        self.given_back_redeliveries = {
+            seq: count for seq, count in self.given_back_redeliveries.items() if seq > upto
+        }
 
     def _not_handed_out(self, read: Found) -> Found:
         """What a read brings into memory: ``left_in_store``; the given-back messages
@@ -270,10 +284,11 @@ class StoreBacklog:
         ]
 
     def read_failed(self) -> None:
-        self.reading = False
+        self.read_under_way = False
 
-    def give_back(self, seqs: list[int]) -> None:
-        """The live buffer (holding stored messages ``seqs``) is dropped: read it again.
+    def give_back(self, seqs: list[int], redeliveries: dict[int, int]) -> None:
+        """The live buffer (holding stored messages ``seqs``, and the delivery counts of
+        the redelivered ones by position) is dropped: read it again.
 
         Stored messages it handed out and that are not yet removed (held by a consumer, or
         acknowledged with the removal on its way to the store) lie among them in the store:
@@ -281,6 +296,7 @@ class StoreBacklog:
         message after ``given_back_upto`` was never handed out.
         """
         self.given_back.update(seqs)
+        self.given_back_redeliveries.update(redeliveries)
         upto = max(seqs) if self.after is None else self.after
         self.given_back_upto = max(self.given_back_upto, upto)
         self.leaves += 1  # what filters saw in the store is not all there is to see now

@@ -51,13 +51,13 @@ class QueueBrowser:
         self.subscription: Subscription | None = None
         self.pending: deque[Message] = deque()
         self.store_after: int | None = None  # the stored messages still to read, after this
-        self.reading = False
+        self.read_under_way = False
         self.finished = False
 
     def start(self, subscription: Subscription) -> None:
         self.subscription = subscription
         self.pending.extend(self.queue.waiting())
-        self.store_after = self.queue.backlog.after if self.queue.persistence else None
+        self.store_after = self.queue.backlog.after if self.services.persistence else None
         self.consumer_ready()
 
     def consumer_ready(self) -> None:
@@ -90,29 +90,29 @@ class QueueBrowser:
         )
 
     def _read(self) -> None:
-        if self.reading:
+        if self.read_under_way:
             return
-        persistence = self.queue.persistence
+        persistence = self.services.persistence
         assert persistence is not None and self.store_after is not None
-        self.reading = True
+        self.read_under_way = True
         persistence.read(
             self.name,
             self.store_after,
-            self.queue.reading.readmsgamount,
-            persistence.queue_cache_limit,
+            self.queue.backlog.settings.readmsgamount,
+            persistence.queue_live_buffer_limit,
             self._read_done,
             self._read_failed,
         )
 
     def _read_done(self, batch: Batch) -> None:
-        self.reading = False
+        self.read_under_way = False
         found = self.queue.backlog.left_in_store(batch.messages)
         self.pending.extend(Message.from_stored(stored, seq) for seq, stored in found)
         self.store_after = None if batch.at_end else batch.last_seq
         self.consumer_ready()
 
     def _read_failed(self, error: Exception) -> None:
-        self.reading = False
+        self.read_under_way = False
         self.store_after = None
         log.error("browser.read_failed", queue=self.name, error=str(error))
         self.consumer_ready()

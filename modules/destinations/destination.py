@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from wiremq.config.groups import DestinationPolicy, WatermarkLimits
 from wiremq.config.settings import Settings
+from wiremq.modules.errors import Refused
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.message import Message
@@ -40,6 +41,17 @@ def domain_of(name: str) -> str | None:
     if name.startswith(TOPIC_PREFIX):
         return PUBSUB
     return None
+
+
+def require_domain(name: str) -> str:
+    """The domain of a destination name a client uses (to send, to subscribe); a name of
+    neither domain is refused, here and nowhere else."""
+    domain = domain_of(name)
+    if domain is None:
+        raise Refused(
+            "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
+        )
+    return domain
 
 
 @dataclass

@@ -12,7 +12,11 @@ from wiremq.config.groups import (
     IdleDestinationSettings,
     LiveBufferSettings,
 )
-from wiremq.modules.destinations.destination import Destination, DestinationServices, domain_of
+from wiremq.modules.destinations.destination import (
+    Destination,
+    DestinationServices,
+    require_domain,
+)
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, matches
@@ -26,11 +30,7 @@ log = structlog.get_logger("wiremq.destinations")
 
 def check_name(name: str) -> str:
     """The domain of the destination ``name`` would name; ``Refused`` if it names none."""
-    domain = domain_of(name)
-    if domain is None:
-        raise Refused(
-            "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
-        )
+    domain = require_domain(name)
     kind = "queue" if domain == P2P else "topic"
     suffix = name[len(kind) + 2 :]
     if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
@@ -168,16 +168,17 @@ class Destinations:
         settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
         with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
             for queue in list(self.queues.values()):
-                run.scanned += queue.sweep_volatile(now_ms)
+                run.scanned += queue.sweeps.sweep_volatile(now_ms)
 
     def sweep_live_buffers(self) -> None:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""
         now_ms = self.services.runtime.now_ms()
+        now = self.services.runtime.monotonic()
         idle_for = LiveBufferSettings.read(
             self.services.settings, "DestinationManager"
         ).qlbcleanuptimetolive
         for queue in list(self.queues.values()):
-            queue.sweep_cache(now_ms, idle_for)
+            queue.sweeps.sweep_live_buffer(now_ms, now - queue.last_dispatch > idle_for)
 
     def sweep_idle(self) -> None:
         """Remove the undeclared destinations nobody uses (``Destination.unused``) that have

@@ -10,7 +10,7 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
@@ -20,12 +20,18 @@ from wiremq.modules.selector import Selector
 from wiremq.modules.stomp.encoder import GROUP_FIRST_LINE, ack_line, ack_suffix, subscription_head
 
 if TYPE_CHECKING:
-    from wiremq.modules.client.connection import ClientConnection
     from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.destinations.filters import Filter
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
+
+
+class SlowSubscriberDrop(Protocol):
+    """Who ends a subscriber that fell too far behind under the ``disconnect`` policy (the
+    session that made the subscription: it ends it and disconnects the client)."""
+
+    def disconnect_slow(self, subscription: Subscription) -> None: ...
 
 
 class UnackedLimit:
@@ -71,7 +77,7 @@ class Subscription:
         "limit",
         "ack_mode",
         "egress",
-        "flavour",
+        "stomp_version",
         "head",
         "unacked",
         "ack_suffix",
@@ -88,7 +94,8 @@ class Subscription:
         "cursor",
         "policy",
         "delivered",
-        "client",
+        "slow_drop",
+        "session_id",
         "ended",
         "written_order",
         "journal",
@@ -108,11 +115,12 @@ class Subscription:
         destination: Destination,
         ack_mode: str,
         egress: Egress,
-        version: str,
+        stomp_version: str,
         durable_key: tuple[str, str] | None = None,
         window: tuple[int, int] = (1 << 62, 1 << 62),
         selector: Selector | None = None,
         exclusive: bool = False,
+        session_id: str = "",
     ) -> None:
         self.sub_id = sub_id
         self.number = number
@@ -124,15 +132,16 @@ class Subscription:
         self.record_delivery = journal.delivered if journal.records and ack_mode != "auto" else None
         self.ack_mode = ack_mode
         self.egress = egress
-        self.flavour = version
-        self.head = subscription_head(sub_id, version)
+        self.stomp_version = stomp_version  # its MESSAGE frames are encoded for it
+        self.head = subscription_head(sub_id, stomp_version)
         # Delivered and not yet acknowledged, in delivery order; None in auto mode.
         self.unacked: dict[str, Message] | None = None if ack_mode == "auto" else {}
         # Client (cumulative) mode: the unacknowledged ones written, in the order written.
         # The egress queues write by priority, not in delivery order, and a cumulative ACK
         # covers what the client received before it.
         self.written_order: dict[str, None] | None = {} if ack_mode == "client" else None
-        self.ack_suffix = ack_suffix(number) if version == "1.2" and ack_mode != "auto" else None
+        numbered = stomp_version == "1.2" and ack_mode != "auto"  # its ack values say its number
+        self.ack_suffix = ack_suffix(number) if numbered else None
         self.durable_key = durable_key  # (client id, name) of a durable topic subscription
         self.replaying = durable_key is not None  # catching up from the store first
         self.replayed_upto = 0  # a durable subscriber's last stored position its replay read
@@ -148,7 +157,8 @@ class Subscription:
         self.cursor = 0  # next index in its topic's live buffer
         self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
         self.delivered = 0
-        self.client: ClientConnection  # set by the connection that made it
+        self.slow_drop: SlowSubscriberDrop  # set by the session that made it
+        self.session_id = session_id  # the session it belongs to (the journal names it)
         self.ended = False
         self.selector = selector  # its JMS message selector, compiled
         self.accepts = None if selector is None else selector.match  # None: everything
@@ -216,9 +226,9 @@ class Subscription:
             record(self, message)
         if message.size > self.large:
             self.pool.take(self.destination)
-            tail = message.own_tail(self.flavour)
+            tail = message.own_tail(self.stomp_version)
         else:
-            tail = message.wire_tail(self.flavour)
+            tail = message.wire_tail(self.stomp_version)
         self.inflight_messages += 1
         self.inflight_bytes += message.size
         self.delivered += 1

@@ -126,7 +126,7 @@ class Topic(Destination):
         for subscription in list(self.consumers):
             if subscription.policy == "disconnect" and self._too_far_behind(subscription.cursor):
                 self.services.flow.slow_disconnects += 1
-                subscription.client.disconnect_slow(subscription)
+                subscription.slow_drop.disconnect_slow(subscription)
         self._trim()
 
     def _too_far_behind(self, cursor: int) -> bool:

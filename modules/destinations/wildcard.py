@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from wiremq.modules.destinations.destination import NOTHING, Destination, domain_of
 from wiremq.modules.message import Message
+from wiremq.modules.security.permissions import READ, Access
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.model import grouped
 
@@ -77,24 +78,26 @@ class Member:
 
 
 class Wildcard:
-    """The destination of a wildcard subscription: what the connection asks of a
-    subscription's destination, done by each matching destination for its messages."""
+    """The destination of a wildcard subscription: what a session asks of a
+    subscription's destination, done by each matching destination for its messages.
+    ``access``: what the subscriber may read (None: everything)."""
 
-    def __init__(self, pattern: str, services: Any) -> None:
+    def __init__(self, pattern: str, services: Any, access: Access | None) -> None:
         self.name = pattern
         self.domain = domain_of(pattern)
         self.services = services
+        self.access = access
         self.subscription: Subscription  # set once the subscription is made
         self.members: dict[str, Member] = {}
         self.forget: Callable[[Wildcard], None] = lambda wildcard: None  # leave the registry
 
     def attach(self, destination: Destination) -> None:
         """A matching destination (existing, or just made): the subscription joins it if
-        its client may read it (``may_read``: with a users file, the ``read`` permission)."""
-        if destination.name not in self.members and self.subscription.client.may_read(
-            destination.name
-        ):
-            member = self.members[destination.name] = Member(self.subscription, destination)
+        its client may read it (with a users file, the ``read`` permission)."""
+        name = destination.name
+        access = self.access
+        if name not in self.members and (access is None or access.allows(READ, name)):
+            member = self.members[name] = Member(self.subscription, destination)
             destination.subscribe(member)  # type: ignore[arg-type]
 
     def consumer_ready(self) -> None:

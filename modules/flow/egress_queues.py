@@ -24,9 +24,9 @@ otherwise the queue is *full*, and what happens then is the client's policy
 Draining follows the whole-message rule of a TCP transmit queue bounded in
 bytes: while the transmit queue is below its bound the whole next message is
 placed on it, even if that takes it over the bound; at or above the bound
-nothing more is taken. ``TransmitQueue`` is that byte counter in plain Python;
-in the server the bound is the transport's write buffer, whose producer pause
-makes ``room()`` false.
+nothing more is taken (``drain(budget)``). In the server the bound is the
+transport's write buffer (``server/writer.py``), whose producer pause stops
+the draining.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from wiremq.config.groups import EgressSettings
 
@@ -63,24 +63,6 @@ class Policy(Enum):
     DISCARD_OLDEST = "discard-oldest"
 
 
-_BY_CLASS_OF_SERVICE = {1: EgressQueue.D1, 2: EgressQueue.D2, 3: EgressQueue.D3}
-
-
-def message_queue(persistent: bool, class_of_service: int = 1) -> EgressQueue:
-    """The queue a MESSAGE goes to: G-1 if persistent, else D-<class of service 1..3>."""
-    if persistent:
-        return EgressQueue.G1
-    try:
-        return _BY_CLASS_OF_SERVICE[class_of_service]
-    except KeyError:
-        raise ValueError(f"class of service must be 1, 2 or 3, not {class_of_service}") from None
-
-
-def work_units(nbytes: int) -> int:
-    """Work units of a frame of ``nbytes``: ceil(nbytes / 2048), at least 1."""
-    return (nbytes + WORK_UNIT - 1) // WORK_UNIT or 1
-
-
 @dataclass(frozen=True, slots=True)
 class QueueLimits:
     """One queue's ``max-depth`` (work units) and ``min-msg-burst`` (messages)."""
@@ -100,18 +82,26 @@ def queue_limits(settings: EgressSettings) -> tuple[QueueLimits, ...]:
     return (burst, burst, burst, burst, QueueLimits(settings.maxdepth, settings.g1minmsgburst))
 
 
+class EntryOwner(Protocol):
+    """Who queued entries (a subscription): told, once per run of its entries written,
+    which of its items went out, and of each entry discarded."""
+
+    def written(self, items: list[Any]) -> None: ...
+    def discarded(self, entry: Entry) -> None: ...
+
+
 class Entry(NamedTuple):
     """One frame waiting: ``head`` + ``tail`` on the wire, and who delivered it.
 
-    ``owner`` and ``item`` are opaque here (the subscription and the message,
-    or None for control frames); the writer tells the owner when the entry was
-    written, and a discard tells it which item was lost. A tuple, built without the
-    NamedTuple's Python-level ``__new__``: one is made per frame sent, on the hot path.
+    ``item`` is opaque here (the message, or None for a control frame); its owner
+    (None for a control frame) is told when the entry was written, or that it was
+    discarded. A tuple, built without the NamedTuple's Python-level ``__new__``: one
+    is made per frame sent, on the hot path.
     """
 
     head: bytes
     tail: bytes
-    owner: object
+    owner: EntryOwner | None
     work: int
     item: object
 
@@ -191,11 +181,17 @@ class EgressQueues:
         self._on_discard = on_discard
 
     def enqueue(
-        self, queue: int, head: bytes, tail: bytes, owner: object = None, item: object = None
+        self,
+        queue: int,
+        head: bytes,
+        tail: bytes,
+        owner: EntryOwner | None = None,
+        item: object = None,
     ) -> None:
         """Queue a frame on ``queue`` (an ``EgressQueue``); see the module docstring."""
         q = self._queues[queue]
-        # work_units() inlined (2048 == 1 << 11): this is the hot path.
+        # Work units (WORK_UNIT == 1 << 11 bytes, rounded up, at least 1), inlined: this is
+        # the hot path.
         work = (len(head) + len(tail) + 2047) >> 11 or 1
         entries = q.entries
         depth = q.work + work
@@ -285,7 +281,7 @@ class EgressQueues:
     def has_room(self, queue: int, nbytes: int) -> bool:
         """Would ``queue`` admit a frame of ``nbytes`` without being full?"""
         q = self._queues[queue]
-        # _Queue.admits and work_units inlined: asked before every delivery.
+        # _Queue.admits and the work units inlined: asked before every delivery.
         return len(q.entries) < q.min_burst or q.work + ((nbytes + 2047) >> 11 or 1) <= q.max_depth
 
     def ready(self, queue: int) -> bool:
@@ -353,41 +349,3 @@ class EgressQueues:
             for key in ("length_msgs", "length_work", "max_work", "discards_msgs", "delivered_msgs")
         }
         return result
-
-    def clear_stats(self) -> None:
-        """Reset discards and deliveries, and high-water marks to the current depths."""
-        for q in self._queues:
-            q.hwm = q.work
-            q.discards = 0
-            q.delivered = 0
-
-
-class TransmitQueue:
-    """A client's TCP transmit queue as a byte count with a bound.
-
-    It has room while its depth is below the bound; a message placed then is
-    counted whole, so the depth may go over the bound until bytes are sent.
-    """
-
-    __slots__ = ("bound", "depth")
-
-    def __init__(self, bound: int) -> None:
-        if bound < 1:
-            raise ValueError(f"transmit queue bound must be >= 1 byte, not {bound}")
-        self.bound = bound
-        self.depth = 0
-
-    def has_room(self) -> bool:
-        return self.depth < self.bound
-
-    def room(self) -> int:
-        """The budget for a drain: bytes that may be taken before it is full."""
-        return max(0, self.bound - self.depth)
-
-    def add(self, nbytes: int) -> None:
-        """Count a message placed on the queue."""
-        self.depth += nbytes
-
-    def sent(self, nbytes: int) -> None:
-        """Count bytes acknowledged by the client (and so gone from the queue)."""
-        self.depth -= nbytes

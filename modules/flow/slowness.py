@@ -72,10 +72,6 @@ class SlownessMeter:
         self._spans: deque[_Span] = deque()
         self._since: float | None = None  # start of the open blocked interval
 
-    @property
-    def is_blocked(self) -> bool:
-        return self._since is not None
-
     def blocked(self) -> None:
         """Writing became impossible with data pending."""
         if self._since is None:

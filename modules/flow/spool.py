@@ -64,7 +64,7 @@ class Pending:
         its domain and the overall total."""
         nbytes = messages * message.stored_size
         name = message.destination
-        # Broker.destination() admits only /queue/ and /topic/ names.
+        # Only a /queue/ or /topic/ name gets this far: any other is refused before.
         domain = P2P if name.startswith(QUEUE_PREFIX) else PUBSUB
         for entry in (self._counts.setdefault(name, [0, 0]), self._domains[domain]):
             entry[0] += messages

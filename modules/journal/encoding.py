@@ -72,7 +72,7 @@ def stored_at(slot: int) -> dict[str, Source]:
 def subscription_at(slot: int) -> dict[str, Source]:
     """The fields of a ``Subscription`` in ``slot``."""
     return {
-        "session": From(slot, ("client", "session", "session_id")),
+        "session": From(slot, ("session_id",)),
         "subscription": From(slot, ("sub_id",)),
         "ack": From(slot, ("ack_mode",)),
     }

@@ -199,9 +199,9 @@ class Persistence:
         self.acked_beyond: dict[SubscriptionKey, set[int]] = {}
         self.durable_topics: Counter[str] = Counter()  # topics with durable subscriptions
         live = LiveBufferSettings.read(settings, "DestinationManager")
-        self.cache_bytes = 0  # persistent queue messages held in memory, all queues
-        self.cache_limit = live.globalpersqueuebytehighwatermark
-        self.queue_cache_limit = live.persqueuebytehighwatermark
+        self.live_buffer_bytes = 0  # persistent queue messages held in memory, all queues
+        self.live_buffer_limit = live.globalpersqueuebytehighwatermark
+        self.queue_live_buffer_limit = live.persqueuebytehighwatermark
 
     def _committed(self, transactions: list[StoreTransaction]) -> Callable[[], None]:
         """How to tell ``on_changed`` the destinations whose stored counts the commit may

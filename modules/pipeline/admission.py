@@ -16,7 +16,8 @@ from wiremq.modules.destinations.ttl import effective_expiry
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
 from wiremq.modules.pipeline.chain import Batch, GivenBack, PipelineModule
-from wiremq.modules.security.permissions import CREATE, WRITE, Access
+from wiremq.modules.security.permissions import CREATE, WRITE
+from wiremq.modules.sender import Sender
 
 SHUT_DOWN = Refused(
     "destination shut down", "the destination accepts no new messages until it is resumed"
@@ -31,21 +32,22 @@ class AdmissionModule(PipelineModule):
 
     def handle(self, batch: Batch) -> None:
         admitted = []
-        # The last destination resolved, for whom, and its name: a run of messages of one
+        # The last destination resolved, its name and for whom: a run of messages of one
         # sender to one destination is resolved, and its permissions checked, once.
         resolved: Destination | None = None
-        sender: object = None
         name = ""
+        run_sender: Sender | None = None
         for message in batch:
             try:
                 target = message.target
                 if target is None:
-                    if message.destination != name or message.origin is not sender:
-                        name = ""  # until resolved: a refused name is asked again
-                        resolved = self._resolve(message.destination, message.origin)
-                        name, sender = message.destination, message.origin
+                    destination, sender = message.destination, message.sender
+                    if resolved is None or destination != name or sender is not run_sender:
+                        resolved = None  # until resolved: a refused name is asked again
+                        resolved = self._resolve(destination, sender)
+                        name, run_sender = destination, sender
                     target = message.target = resolved
-                self._admit(message, target)  # type: ignore[arg-type]
+                self._admit(message, target)
             except Refused as refusal:
                 self.context.refuse(message, refusal)
                 continue
@@ -55,11 +57,11 @@ class AdmissionModule(PipelineModule):
         if admitted:
             self.downstream.handle(admitted)
 
-    def _resolve(self, name: str, origin: object) -> Destination:
+    def _resolve(self, name: str, sender: Sender | None) -> Destination:
         """The destination ``name`` names, if the sender may write to it (and create it,
         if it does not exist yet)."""
         destinations = self.context.destinations
-        access: Access | None = getattr(origin, "access", None)  # a client's; None: anyone
+        access = sender.access if sender is not None else None  # None: anyone may
         if access is None:
             return destinations.resolve(name)
         access.check(WRITE, name)
@@ -68,16 +70,17 @@ class AdmissionModule(PipelineModule):
         return destinations.resolve(name)
 
     def _admit(self, message: Message, target: Destination) -> None:
-        origin = message.origin
-        if origin is not None and origin not in target.producers:
+        sender = message.sender
+        if sender is not None and sender.producer not in target.producers:
             if target.policy.shutdown:
                 raise SHUT_DOWN
-            target.add_producer(origin)  # type: ignore[arg-type]
+            target.add_producer(sender.producer)
         headers = message.headers
         if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:
             raise BAD_CLASS_OF_SERVICE
         if message.transaction is not None:
-            self.context.transactions.check(origin, message.transaction, target.domain)  # type: ignore[arg-type]
+            owner = sender.transactions if sender is not None else None
+            self.context.transactions.check(owner, message.transaction, target.domain)
         header = headers.get("expires")
         max_ttl = target.policy.maxttl
         if header is not None or max_ttl:

@@ -7,10 +7,11 @@ batches (the SENDs of one read from a socket, say): a module receives a
 batch in ``handle`` and, for each message, now or later, either passes it on
 (``self.downstream.handle(batch)`` with any sub-list, in order) or refuses it
 (``self.context.refuse(message, Refused(...))``). Every chain ends in a
-terminal stage that tells each message's origin that the server is done with
-it, which releases its receipt; a refusal, wherever it happens, reaches the
-origin as an ERROR naming the message's receipt. A module never deals with
-receipts itself.
+terminal stage that tells each message's waiter (the session that sent it, or
+the committed transaction it belongs to) that the server is done with it,
+which releases its receipt; a refusal, wherever it happens, reaches the
+waiter, and so the sender as an ERROR naming the message's receipt. A module
+never deals with receipts itself.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import structlog
 
 from wiremq.config.settings import Settings
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import Message, MessageOrigin
+from wiremq.modules.message import Message, MessageWaiter
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -57,41 +58,41 @@ class Stage(Protocol):
 
 
 def complete(message: Message) -> None:
-    """Tell the message's origin that the pipeline is done with it."""
-    origin = message.origin
-    if origin is not None:
-        message.origin = None
-        origin.messages_completed([message])
+    """Tell the message's waiter that the pipeline is done with it."""
+    waiter = message.waiter
+    if waiter is not None:
+        message.waiter = None
+        waiter.messages_completed([message])
 
 
 def refuse(message: Message, refusal: Refused) -> None:
-    """Tell the message's origin that the server does not take the message."""
-    origin = message.origin
-    if origin is not None:
-        message.origin = None
-        origin.message_refused(message, refusal)
+    """Tell the message's waiter that the server does not take the message."""
+    waiter = message.waiter
+    if waiter is not None:
+        message.waiter = None
+        waiter.message_refused(message, refusal)
 
 
 class Terminal:
-    """The end of every chain: tells each message's origin that the server is done with
-    it, once per run of messages from one origin (a client's SENDs of one read)."""
+    """The end of every chain: tells each message's waiter that the server is done with
+    it, once per run of messages of one waiter (a client's SENDs of one read)."""
 
     def handle(self, batch: Batch) -> None:
         run: Batch = []
-        run_origin: MessageOrigin | None = None
+        run_waiter: MessageWaiter | None = None
         for message in batch:
-            origin = message.origin
-            if origin is None:
+            waiter = message.waiter
+            if waiter is None:
                 continue
-            message.origin = None
-            if origin is not run_origin:
-                if run_origin is not None:
-                    run_origin.messages_completed(run)
+            message.waiter = None
+            if waiter is not run_waiter:
+                if run_waiter is not None:
+                    run_waiter.messages_completed(run)
                 run = []
-                run_origin = origin
+                run_waiter = waiter
             run.append(message)
-        if run_origin is not None:
-            run_origin.messages_completed(run)
+        if run_waiter is not None:
+            run_waiter.messages_completed(run)
 
 
 @dataclass
@@ -110,7 +111,7 @@ class ModuleContext:
     journal: Journal
 
     def refuse(self, message: Message, refusal: Refused) -> None:
-        """Refuse a message: its origin gets an ERROR; a stored message leaves the store."""
+        """Refuse a message: its sender gets an ERROR; a stored message leaves the store."""
         log.info(
             "message.refused",
             message_id=message.message_id,
@@ -122,7 +123,7 @@ class ModuleContext:
         refuse(message, refusal)
 
     def discard(self, message: Message, reason: str) -> None:
-        """Drop a message on purpose: logged, its origin released as if it was delivered;
+        """Drop a message on purpose: logged, its waiter released as if it was delivered;
         a stored message leaves the store."""
         log.info("message.discarded", message_id=message.message_id, reason=reason)
         self.journal.discarded((message,), reason)

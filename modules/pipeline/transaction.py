@@ -3,21 +3,24 @@
 A SEND inside a transaction passes admission, then the transaction module
 hands it to the transaction manager, which holds it until COMMIT; the SEND is
 acknowledged (its RECEIPT) once held. ACKs inside a transaction are held
-too. ABORT, or the connection going away, drops what is held.
+too. ABORT, or the session going away, drops what is held.
 
-At COMMIT the held work becomes a ``Unit``: its messages go on down their
-pipelines from the transaction module, and the storage step of each pipeline
+A COMMIT meets here, whole (``TransactionManager.commit``): the held ACKs are
+applied (their messages taken from their consumers, what the store must
+change for them collected) and the held messages become a ``Unit``. Its
+messages go on down their pipelines from each domain's transaction module
+(which passes a unit's messages on), and the storage step of each pipeline
 hands them to the unit instead of storing them itself. When every message
 of the unit has reached a storage step (or been refused on the way), the
 unit stores all its persistent messages and acknowledgements in ONE store
 transaction, and only then do its messages go on to distribution. If any
 message was refused before that, nothing of the transaction is applied: the
 COMMIT fails with an ERROR saying which message and why, and the messages its
-ACKs took are given back. The COMMIT's RECEIPT is sent once every message of
-the unit has left the pipeline. A module after the storage step that refuses
-a message of a committed unit removes that message only; the COMMIT then
-fails with an ERROR naming it, the rest of the transaction having been
-applied.
+ACKs took are given back. The unit's owner is told the COMMIT is done (its
+RECEIPT) once every message of the unit has left the pipeline. A module after
+the storage step that refuses a message of a committed unit removes that
+message only; the COMMIT then fails with an ERROR naming it, the rest of the
+transaction having been applied.
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ from wiremq.modules.journal.schema import (
     TRANSACTION_FAILED,
 )
 from wiremq.modules.memory.txmemory import Candidate, TransactionMemory
-from wiremq.modules.message import Message
+from wiremq.modules.message import Message, StorageStep
 from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule, complete
+from wiremq.modules.sender import TransactionOwner
 from wiremq.stores.api import Committed, StoreTransaction
 
 if TYPE_CHECKING:
     from wiremq.modules.destinations.subscription import Subscription
     from wiremq.modules.persistence.store import Persistence
-    from wiremq.modules.pipeline.storage import StorageModule
 
 log = structlog.get_logger("wiremq.transaction")
 
@@ -52,19 +55,11 @@ NO_JOURNAL = Journal()
 
 
 class UnitOwner(Protocol):
-    """Who is told how a COMMIT ended."""
+    """Who is told how a COMMIT ended (the session that asked for it, which sends its
+    RECEIPT or ERROR; for an XA branch's second phase, the controller first)."""
 
     def unit_completed(self, unit: Unit) -> None: ...
     def unit_failed(self, unit: Unit, refusal: Refused) -> None: ...
-
-
-class TransactionOwner(UnitOwner, Protocol):
-    """The connection a transaction belongs to: told how its COMMIT ended, told at once
-    when its transaction is discarded, and stopped while transactions hold too much."""
-
-    def transaction_discarded(self, name: str, refusal: Refused) -> None: ...
-    def stop_reading(self, reason: object) -> None: ...
-    def start_reading(self, reason: object) -> None: ...
 
 
 # An acknowledgement held until COMMIT: applied then, it returns the messages it took
@@ -95,7 +90,7 @@ class Transaction:
     xa: ClassVar[bool] = False
 
     name: str
-    owner: TransactionOwner | None  # the connection it is on (None: an XA branch on none)
+    owner: TransactionOwner | None  # the session it is on (None: an XA branch on none)
     started: float  # monotonic time of its BEGIN
     messages: list[Message] = field(default_factory=list)
     acks: list[HeldAck] = field(default_factory=list)
@@ -112,9 +107,9 @@ class Transaction:
 
 
 class TransactionManager:
-    """Open transactions of every connection (standard ones, and the XA branches a
-    connection is associated with), the bytes they hold, and each domain's transaction
-    module."""
+    """Open transactions of every session (standard ones, and the XA branches a session
+    is associated with), the bytes they hold, each domain's transaction module, and the
+    COMMIT of each."""
 
     def __init__(
         self,
@@ -122,12 +117,15 @@ class TransactionManager:
         memory: TransactionMemorySettings,
         monotonic: Callable[[], float],
         journal: Journal = NO_JOURNAL,
+        persistence: Persistence | None = None,
     ) -> None:
-        """``per_connection``: transactions one connection may have open at once; ``journal``
-        records the messages of transactions aborted or discarded."""
+        """``per_connection``: transactions one session may have open at once; ``journal``
+        records the messages of transactions aborted or discarded; ``persistence``
+        stores committed units (None: the server has no store)."""
         self.per_connection = per_connection
         self.monotonic = monotonic
         self.journal = journal
+        self.persistence = persistence
         # Per connection, so that its transactions are counted and dropped without
         # looking at anyone else's.
         self._open: dict[TransactionOwner, dict[str, Transaction]] = {}
@@ -136,11 +134,14 @@ class TransactionManager:
             memory, self.discard, monotonic
         )
 
-    def find(self, owner: TransactionOwner, name: str) -> Transaction | None:
-        """The transaction ``name`` of the connection, if it has one open."""
+    def find(self, owner: TransactionOwner | None, name: str) -> Transaction | None:
+        """The transaction ``name`` of the session, if it has one open (None: the server's
+        own messages, which have none)."""
+        if owner is None:
+            return None
         return self._open.get(owner, {}).get(name)
 
-    def _require(self, owner: TransactionOwner, name: str) -> Transaction:
+    def _require(self, owner: TransactionOwner | None, name: str) -> Transaction:
         transaction = self.find(owner, name)
         if transaction is None:
             raise Refused(
@@ -148,7 +149,7 @@ class TransactionManager:
             )
         return transaction
 
-    def check(self, owner: TransactionOwner, name: str, domain: str) -> None:
+    def check(self, owner: TransactionOwner | None, name: str, domain: str) -> None:
         """Refuse work for a transaction that is not open, or a domain without transactions."""
         if domain not in self.modules:
             raise Refused(
@@ -196,7 +197,7 @@ class TransactionManager:
         """Transactions ``owner`` has open."""
         return len(self._open.get(owner, ()))
 
-    def hold(self, owner: TransactionOwner, name: str, message: Message) -> None:
+    def hold(self, owner: TransactionOwner | None, name: str, message: Message) -> None:
         """Hold a SEND of the transaction until COMMIT; a discarded transaction drops it
         (its COMMIT fails anyway)."""
         transaction = self._require(owner, name)
@@ -275,13 +276,45 @@ class TransactionManager:
             "acks": sum(len(t.acks) for t in transactions),
         }
 
-    def resume(self, domain: str, batch: Batch) -> None:
-        """Committed messages continue down their pipeline after its transaction module."""
-        self.modules[domain].downstream.handle(batch)
+    def commit(
+        self,
+        transaction: Transaction,
+        owner: UnitOwner,
+        receipt: str | None,
+        changes: StoreTransaction | None = None,
+    ) -> None:
+        """COMMIT a transaction taken for it (``take``): apply its held acknowledgements
+        and send its messages on as one ``Unit`` whose store transaction also makes
+        ``changes``; ``owner`` is told how it ended (with ``receipt``)."""
+        acknowledged, taken = apply_acks(transaction.acks)
+        if changes is not None:
+            acknowledged.append(changes)
+        persistence = self.persistence
+        unit = Unit(
+            owner,
+            transaction.name,
+            receipt,
+            transaction.messages,
+            StoreTransaction.merged(acknowledged),
+            taken,
+            persistence,
+            persistence.runtime.now_ms() if persistence is not None else 0,
+            self.journal,
+        )
+        if not unit.messages:
+            unit.store()
+            return
+        by_domain: dict[str, Batch] = {}
+        for message in unit.messages:
+            assert message.target is not None
+            by_domain.setdefault(message.target.domain, []).append(message)
+        for domain, batch in by_domain.items():
+            self.modules[domain].handle(batch)
 
 
 class TransactionModule(PipelineModule):
-    """Passes non-transacted messages straight on; holds transacted ones until COMMIT."""
+    """Passes non-transacted messages straight on; holds transacted ones until COMMIT;
+    and passes the messages of a committed unit on (the manager hands them here)."""
 
     name = "transaction"
 
@@ -294,12 +327,12 @@ class TransactionModule(PipelineModule):
         passing = []
         for message in batch:
             name = message.transaction
-            if name is None:
+            if name is None or message.unit is not None:
                 passing.append(message)
                 continue
-            origin = message.origin
+            sender = message.sender
             try:
-                self.manager.hold(origin, name, message)  # type: ignore[arg-type]
+                self.manager.hold(sender.transactions if sender else None, name, message)
             except Refused as refusal:
                 self.context.refuse(message, refusal)
                 continue
@@ -311,8 +344,8 @@ class TransactionModule(PipelineModule):
 class Unit:
     """A committed transaction on its way down the pipelines (see the module docstring).
 
-    It is the origin of its messages: each one's completion or refusal is
-    reported here.
+    It waits for its messages (their ``MessageWaiter``): each one's completion or
+    refusal is reported here, and its owner is told once all are done.
     """
 
     def __init__(
@@ -325,47 +358,38 @@ class Unit:
         taken: Taken,
         persistence: Persistence | None,
         now_ms: int,
+        journal: Journal,
     ) -> None:
         self.owner = owner
         self.now_ms = now_ms  # when it was committed: its messages' store timestamp
         self.name = name
-        self.receipt = receipt
+        self.receipt = receipt  # handed back to the owner: the COMMIT's RECEIPT
         self.messages = messages
         self.changes = changes  # what its acknowledgements change in the store
         self.taken = taken  # the messages its acknowledgements took, by subscription
         self.persistence = persistence
+        self.journal = journal
         self.stored = False
         self.failure: Refused | None = None
         self._outstanding = len(messages)  # not yet at a storage step (nor refused)
-        self._arrived: list[tuple[Message, StorageModule, bool]] = []
+        self._arrived: list[tuple[Message, StorageStep, bool]] = []
         self._finished = 0  # messages that left the pipeline (completed or refused)
         for message in messages:
-            message.origin = self
+            message.waiter = self
             message.unit = self
-
-    def start(self, manager: TransactionManager) -> None:
-        """Send the messages on from their pipelines' transaction modules."""
-        self.journal = manager.journal
-        if not self.messages:
-            self._commit()
-            return
-        by_domain: dict[str, Batch] = {}
-        for message in self.messages:
-            assert message.target is not None
-            by_domain.setdefault(message.target.domain, []).append(message)
-        for domain, batch in by_domain.items():
-            manager.resume(domain, batch)
 
     # -- the storage rendezvous -----------------------------------------------------------
 
-    def arrive(self, message: Message, module: StorageModule, store: bool) -> None:
+    def arrive(self, message: Message, step: StorageStep, store: bool) -> None:
         """A storage step took a message of this unit (``store``: it is to be stored)."""
-        self._arrived.append((message, module, store))
+        self._arrived.append((message, step, store))
         self._outstanding -= 1
         if not self._outstanding:
-            self._commit()
+            self.store()
 
-    def _commit(self) -> None:
+    def store(self) -> None:
+        """Every message arrived (or was refused): store the whole transaction in one
+        store transaction, or apply nothing of it if a message was refused."""
         if self.failure is not None:
             self._roll_back(self.failure)
             return
@@ -389,8 +413,8 @@ class Unit:
         for message, seq in zip(stored, result.positions, strict=True):
             message.store_seq = seq or 0
         self.journal.stored(stored)
-        for module, batch, kept in self._by_module():
-            module.unit_stored(batch, kept)
+        for step, batch, kept in self._by_step():
+            step.unit_stored(batch, kept)
         if not self.messages:
             self.owner.unit_completed(self)
 
@@ -398,29 +422,29 @@ class Unit:
         """Nothing of the transaction is applied: its messages are dropped and what its
         acknowledgements took is given back."""
         log.info("transaction.failed", transaction=self.name, reason=refusal.detail)
-        for module, batch, kept in self._by_module():
+        for step, batch, kept in self._by_step():
             for message in batch:
-                message.origin = None
+                message.waiter = None
             self.journal.discarded(batch, TRANSACTION_FAILED)
-            module.unit_dropped(kept)
+            step.unit_dropped(kept)
         for subscription, messages in self.taken:
             self.journal.unacknowledged(subscription, messages)
             subscription.destination.rejected(subscription, messages, requeue=True)
         self.owner.unit_failed(self, refusal)
 
-    def _by_module(self) -> list[tuple[StorageModule, Batch, Batch]]:
-        """The arrived messages by storage module: (module, all, those it keeps); the
+    def _by_step(self) -> list[tuple[StorageStep, Batch, Batch]]:
+        """The arrived messages by storage step: (step, all, those it keeps); the
         arrivals are cleared."""
-        groups: dict[StorageModule, tuple[Batch, Batch]] = {}
-        for message, module, keep in self._arrived:
-            batch, kept = groups.setdefault(module, ([], []))
+        groups: dict[StorageStep, tuple[Batch, Batch]] = {}
+        for message, step, keep in self._arrived:
+            batch, kept = groups.setdefault(step, ([], []))
             batch.append(message)
             if keep:
                 kept.append(message)
         self._arrived = []
-        return [(module, batch, kept) for module, (batch, kept) in groups.items()]
+        return [(step, batch, kept) for step, (batch, kept) in groups.items()]
 
-    # -- MessageOrigin ----------------------------------------------------------------------
+    # -- MessageWaiter --------------------------------------------------------------------
 
     def messages_completed(self, messages: list[Message]) -> None:
         self._finished += len(messages)
@@ -451,4 +475,4 @@ class Unit:
         )
         self._outstanding -= 1
         if not self._outstanding:
-            self._commit()
+            self.store()

@@ -58,12 +58,12 @@ from wiremq.modules.pipeline.transaction import (
     Taken,
     Transaction,
     TransactionManager,
-    TransactionOwner,
     Unit,
     UnitOwner,
     apply_acks,
 )
 from wiremq.modules.runtime import Runtime, Timer
+from wiremq.modules.sender import TransactionOwner
 from wiremq.stores.api import QUEUE_PREFIX, Committed, MessageStore, StoreTransaction
 from wiremq.stores.durable import SubscriptionKey
 from wiremq.stores.records import StoredMessage
@@ -290,19 +290,19 @@ class XAController:
         owner: TransactionOwner,
         xid: str,
         one_phase: bool,
-        start: Callable[[Transaction, StoreTransaction, UnitOwner], None],
         told: UnitOwner,
+        receipt: str | None,
     ) -> None:
         """``COMMIT xa:commit`` (a prepared branch) or ``xa:onephase`` (one not prepared):
-        ``start(transaction, changes, owner)`` sends it on as a ``Unit`` that also makes
-        ``changes`` in its store transaction; ``told`` hears how it ended."""
+        committed as a ``Unit`` (``TransactionManager.commit``); ``told`` hears how it
+        ended, with ``receipt``."""
         branch = self._ended(owner, xid)
         if one_phase:
             if branch.state is not State.IDLE:
                 raise _protocol(branch, f"it is {branch.state.value}: xa:commit commits it")
             self._cancel_timer(branch)
             self._forget(branch)
-            start(branch, StoreTransaction(), told)
+            self.transactions.commit(branch, told, receipt)
             return
         if branch.state is not State.PREPARED:
             raise _protocol(branch, f"it is {branch.state.value}: xa:commit needs it prepared")
@@ -313,7 +313,7 @@ class XAController:
             branch.durable, removals=tuple((PREPARED_AREA, seq) for seq in branch.records)
         )
         second_phase = Transaction(xid, None, branch.started, self._messages(branch))
-        start(second_phase, changes, _SecondPhase(self, branch, told))
+        self.transactions.commit(second_phase, _SecondPhase(self, branch, told), receipt, changes)
 
     def _messages(self, branch: Branch) -> list[Message]:
         """The branch's messages as they go on: those it holds, or, recovered after a

@@ -165,24 +165,24 @@ class Authenticator:
 
     def login(
         self,
-        headers: dict[str, str],
+        given_login: str | None,
+        passcode: str | None,
         address: str,
         certificate: str | None,
         done: LoggedIn,
         refused: Callable[[Refused], None],
     ) -> None:
-        """Decide who a CONNECT with ``headers`` from ``address`` is, ``certificate`` the
-        name its verified client certificate gives (None without one): ``done(access,
-        name)`` once it is known, or ``refused(refusal)`` once a failure's delay is over.
-        Either may be called before this returns."""
+        """Decide who a client from ``address`` that gives ``given_login`` and ``passcode``
+        is, ``certificate`` the name its verified client certificate gives (None without
+        one): ``done(access, name)`` once it is known, or ``refused(refusal)`` once a
+        failure's delay is over. Either may be called before this returns."""
         self.refresh()
         users = self.users
         if not users.configured:
-            done(None, headers.get("login"))
+            done(None, given_login)
             return
         security = SecuritySettings.read(self.settings, "Security")
-        login = headers.get("login") or None
-        passcode = headers.get("passcode")
+        login = given_login or None
         if certificate is not None and (
             login is None or (passcode is None and login == certificate)
         ):

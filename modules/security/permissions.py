@@ -27,12 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from wiremq.modules.errors import Refused
-
-if TYPE_CHECKING:
-    from wiremq.modules.security.users import User
 
 READ = "read"
 WRITE = "write"
@@ -121,7 +118,16 @@ def granted(grants: Iterable[Grant], destination: str) -> int:
     return bits
 
 
-def permitted(user: User, permission: str, destination: str) -> bool:
+class Grantee(Protocol):
+    """A user as its permissions see it (``users.User``): an admin, or what it was granted."""
+
+    @property
+    def superuser(self) -> bool: ...
+    @property
+    def grants(self) -> tuple[Grant, ...]: ...
+
+
+def permitted(user: Grantee, permission: str, destination: str) -> bool:
     """Whether ``user`` holds ``permission`` on ``destination`` (an admin holds every one)."""
     bit = _BITS[permission]
     return user.superuser or granted(user.grants, destination) & bit == bit
@@ -150,7 +156,7 @@ class Access:
     def __init__(
         self,
         who: str,
-        lookup: Callable[[], User | None],
+        lookup: Callable[[], Grantee | None],
         generation: Callable[[], int],
         cache_size: int,
     ) -> None:

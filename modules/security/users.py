@@ -238,10 +238,6 @@ class UsersFile:
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
 
-    def save(self, users: dict[str, User]) -> None:
-        """Write ``users``, keeping the groups the file holds."""
-        self.write(Directory(users, self.read().groups))
-
     def set(
         self, name: str, password: str, role: str | None, groups: Iterable[str] | None = None
     ) -> bool:

@@ -1,6 +1,14 @@
 """The console in headless Chromium: log in, watch a queue fill and its producer stop, raise
 the watermark and see the producer resume, purge the queue, run the wizard; and every page,
-kept as a screenshot."""
+kept as a screenshot.
+
+The console redraws its sections every ``refresh_ms`` (admin/static/layout.json), replacing
+their tables. A read made of several WebDriver calls (find the rows, then each cell's text)
+can straddle a redraw and meet an element that is gone, more often the busier the machine.
+So the page is read in one script per read (a script runs between two redraws, never across
+one: ``_texts``, ``_table``), every wait reads the page again, and an element clicked is found
+again if the page redrew it meanwhile (``_click``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,6 @@ from typing import Any
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -37,32 +44,57 @@ def _open(browser: WebDriver, url: str, page: str) -> None:
     _wait(browser, lambda b: b.execute_script("return document.body.dataset.ready") == page)
 
 
-def _section(browser: WebDriver, title: str) -> WebElement:
-    return browser.find_element(By.CSS_SELECTOR, f'section[data-title="{title}"]')
+def _texts(browser: WebDriver, css: str) -> list[str]:
+    """The text of every element ``css`` selects, read at one instant."""
+    texts: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText.trim());",
+        css,
+    )
+    return texts
+
+
+def _text(browser: WebDriver, css: str) -> str:
+    """The text of the first element ``css`` selects ("" if there is none)."""
+    found = _texts(browser, css)
+    return found[0] if found else ""
+
+
+def _section(title: str) -> str:
+    return f'section[data-title="{title}"]'
 
 
 def _figure(browser: WebDriver, path: str) -> str:
-    element = browser.find_element(By.CSS_SELECTOR, f'.figure[data-path="{path}"] .value')
-    return str(element.text)
+    return _text(browser, f'.figure[data-path="{path}"] .value')
+
+
+def _table(browser: WebDriver, css: str) -> list[list[str]]:
+    """The cells of every body row of the tables under ``css``, read at one instant."""
+    rows: list[list[str]] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' tbody tr')].map((row) =>"
+        "  [...row.querySelectorAll('td')].map((cell) => cell.innerText.trim()));",
+        css,
+    )
+    return rows
 
 
 def _row(browser: WebDriver, section: str, first_cell: str) -> list[str]:
-    """The cells of the row of a table whose first cell reads ``first_cell`` (read again if
-    the page redraws the table while it is read)."""
-
-    def cells_of_row(_: WebDriver) -> list[str]:
-        for row in _section(browser, section).find_elements(By.CSS_SELECTOR, "tbody tr"):
-            cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
-            if cells and cells[0] == first_cell:
-                return cells
-        return [""]  # not there: a list that is true, so that the wait ends
-
-    found: list[str] = _wait(browser, cells_of_row)
-    return found if found != [""] else []
+    """The cells of the row of a section's table whose first cell reads ``first_cell``
+    ([] if there is none)."""
+    return next((r for r in _table(browser, _section(section)) if r[:1] == [first_cell]), [])
 
 
 def _headers(browser: WebDriver, section: str) -> list[str]:
-    return [th.text for th in _section(browser, section).find_elements(By.TAG_NAME, "th")]
+    return _texts(browser, f"{_section(section)} th")
+
+
+def _stopped(row: list[str]) -> list[str] | None:
+    """A connection's row if it says its client is not read from (column Reading)."""
+    return row if row[7] == "no" else None
+
+
+def _click(browser: WebDriver, css: str) -> None:
+    """Click the element ``css`` selects, found again if the page redraws it meanwhile."""
+    _wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, css).click() or True)
 
 
 def test_log_in_watch_a_producer_stop_and_resume_purge_and_run_the_wizard(
@@ -91,7 +123,7 @@ def test_log_in_watch_a_producer_stop_and_resume_purge_and_run_the_wizard(
     browser.find_element(By.ID, "password").send_keys("s3cret")
     browser.find_element(By.ID, "submit").click()
     _wait(browser, lambda b: b.execute_script("return document.body.dataset.ready") == "overview")
-    assert browser.find_element(By.ID, "who").text == "ops (admin)"
+    assert _text(browser, "#who") == "ops (admin)"
     assert browser.find_element(By.ID, "note").get_attribute("hidden") is not None
 
     # a producer floods a queue nobody reads: it fills, and the producer stops
@@ -102,8 +134,7 @@ def test_log_in_watch_a_producer_stop_and_resume_purge_and_run_the_wizard(
     assert depth >= 100, "the queue filled"
     shoot("destination-full")
     _open(browser, f"{base}/#/connections", "connections")
-    _wait(browser, lambda b: _row(b, "Connections", flood.session)[7] == "no")  # Reading
-    producer = _row(browser, "Connections", flood.session)
+    producer = _wait(browser, lambda b: _stopped(_row(b, "Connections", flood.session)))
     assert "VolQueueStore" in producer[8]  # Stopped by
     assert flood.stalled()
     shoot("connections-producer-stopped")
@@ -121,8 +152,10 @@ def test_log_in_watch_a_producer_stop_and_resume_purge_and_run_the_wizard(
         field.clear()
         field.send_keys(value)
         browser.find_element(By.CSS_SELECTOR, f'button[data-save="{key}"]').click()
-        _wait(browser, lambda b, key=key: f"{key} = " in b.find_element(By.ID, "flash").text)
-        assert "(in force now)" in browser.find_element(By.ID, "flash").text
+        _wait(browser, lambda b, key=key: f"{key} = " in _text(b, "#flash"))
+        assert "(in force now)" in _text(browser, "#flash")
+        # a save redraws the parameters: the next field is the one drawn after it
+        _wait(browser, expected_conditions.staleness_of(field))
     shoot("parameters-changed")
     _open(browser, f"{base}/#/connections", "connections")
     _wait(browser, lambda b: _row(b, "Connections", flood.session)[7] == "yes")
@@ -133,22 +166,24 @@ def test_log_in_watch_a_producer_stop_and_resume_purge_and_run_the_wizard(
     _open(browser, f"{base}/#/destination/{encoded('/queue/orders')}", "destination")
     before = int(_figure(browser, "messages").replace(",", ""))
     assert before > 0
-    browser.find_element(By.CSS_SELECTOR, '.actions button[data-action="Purge"]').click()
+    _click(browser, '.actions button[data-action="Purge"]')
     _wait(browser, expected_conditions.alert_is_present())
     browser.switch_to.alert.accept()
-    _wait(browser, lambda b: "purged" in b.find_element(By.ID, "flash").text)
+    _wait(browser, lambda b: "purged" in _text(b, "#flash"))
     _wait(browser, lambda b: _figure(b, "messages") == "0")
     shoot("destination-purged")
 
     # the wizard: the manual's example gives the manual's table
     _open(browser, f"{base}/#/wizard", "wizard")
     assert browser.find_element(By.NAME, "heap_mb").get_attribute("value") == "256"
-    browser.find_element(By.ID, "wizard-compute").click()
-    _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#wizard-result tbody tr"))
-    rows = {
-        r.get_attribute("data-key"): r.find_elements(By.TAG_NAME, "td")[1].text
-        for r in browser.find_elements(By.CSS_SELECTOR, "#wizard-result tbody tr")
-    }
+    _click(browser, "#wizard-compute")
+    _wait(browser, lambda b: _table(b, "#wizard-result"))
+    rows: dict[str, str] = dict(
+        browser.execute_script(
+            "return [...document.querySelectorAll('#wizard-result tbody tr')].map((row) =>"
+            "  [row.dataset.key, row.querySelectorAll('td')[1].innerText.trim()]);"
+        )
+    )
     assert rows["VolQueueStoreImpl.globalbytehighwatermark"] == "16,000,000"
     assert rows["QueueThreadPool.maxthreads"] == "4"
     assert rows["DestinationManager.globaltopicbytelowwatermark"] == "1,000,000"
@@ -166,8 +201,7 @@ def test_every_page_shows_what_the_api_answers(reactor, start_server, slow_clien
     session = api.get("/api/connections")["connections"][0]["session"]
 
     _open(browser, base + "/", "overview")
-    note = browser.find_element(By.ID, "note")
-    assert "127.0.0.1 only" in note.text, "an open console says so on every page"
+    assert "127.0.0.1 only" in _text(browser, "#note"), "an open console says so on every page"
     assert _figure(browser, "totals.connections") == "1"
     assert _figure(browser, "totals.received") == "3"
     assert "VolQueueStore" in _row(browser, "Watermarks", "VolQueueStore")[0]
@@ -182,8 +216,7 @@ def test_every_page_shows_what_the_api_answers(reactor, start_server, slow_clien
 
     _open(browser, f"{base}/#/destination/{encoded('/queue/work')}", "destination")
     shoot("destination")
-    messages = _section(browser, "Messages waiting (first 50)")
-    bodies = [td.text for td in messages.find_elements(By.CSS_SELECTOR, "tbody tr td:nth-child(7)")]
+    bodies = [row[6] for row in _table(browser, _section("Messages waiting (first 50)"))]
     assert bodies == ["a", "b", "c"]
     shoot("destination")
 
@@ -216,7 +249,7 @@ def test_every_page_shows_what_the_api_answers(reactor, start_server, slow_clien
     field = browser.find_element(By.NAME, "ClientEgress.maxdepth")
     field.clear()
     field.send_keys("1")
-    browser.find_element(By.CSS_SELECTOR, 'button[data-save="ClientEgress.maxdepth"]').click()
-    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-key="ClientEgress.maxdepth"]')
-    _wait(browser, lambda b: "out of range" in row.find_element(By.CLASS_NAME, "error").text)
+    _click(browser, 'button[data-save="ClientEgress.maxdepth"]')
+    error = 'tr[data-key="ClientEgress.maxdepth"] .error'
+    _wait(browser, lambda b: "out of range" in _text(b, error))
     shoot("parameters")

@@ -21,6 +21,7 @@ from tests.browser.test_console import _open, _wait
 from tests.conftest import call_in_reactor
 from tests.integration.clients import connect, fill
 from tests.integration.console import encoded, open_console
+from wiremq.config.groups import ServerSettings
 from wiremq.modules.security.users import UsersFile
 
 PASSWORDS = {"boss": "boss-pw", "ops": "ops-pw", "eye": "eye-pw"}
@@ -209,7 +210,7 @@ def test_an_admin_makes_a_destination_publishes_and_reads_the_story(
 
 
 def _config_declares(server, name: str) -> bool:
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     return any(
         e.get("name") == name and e.get("declared") == "true"
         for e in ElementTree.parse(config).getroot().iter("Destination")

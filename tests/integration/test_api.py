@@ -8,11 +8,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
+from wiremq.config.groups import ServerSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.modules.security.users import UsersFile
 
@@ -154,7 +155,7 @@ def test_changing_a_live_parameter_applies_it_and_writes_config_xml(console, tmp
     changed = api.set_parameter("VolQueueStoreImpl.globalbytehighwatermark", 20_000_000)
     assert changed["applied"] is True and changed["value"] == 20_000_000
     assert server.settings.get("VolQueueStoreImpl", "globalbytehighwatermark") == 20_000_000
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     assert 'globalbytehighwatermark="20000000"' in config.read_text()
     again = api.set_parameter("VolQueueStoreImpl.globalbytehighwatermark", "30000000")
     assert again["value"] == 30_000_000
@@ -481,6 +482,7 @@ JSON_VALUES = st.recursive(
     key=st.sampled_from([p.key for p in REGISTRY]),
     body=st.one_of(JSON_VALUES, st.fixed_dictionaries({"value": JSON_VALUES})),
 )
+@example(key="Server.datadir", body={"value": "\x08"})  # no XML can hold it
 def test_any_json_put_to_a_parameter_is_taken_or_refused_with_400(console, key, body):
     server, api = console
     raw = json.dumps(body).encode()

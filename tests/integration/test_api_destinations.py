@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import call_in_reactor
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
+from wiremq.config.groups import ServerSettings
 from wiremq.modules.security.users import UsersFile
 
 
@@ -95,7 +96,7 @@ def test_a_destination_made_with_its_parameters_is_declared_kept_and_deleted(
         "Destination.maxttl@/queue/made": True,
         "Destination.whenfull@/queue/made": False,  # not live: at the next start
     }
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     api.ok("POST", "/api/destinations", {"name": "/topic/made"})
     assert _declared(config) == {"/queue/made", "/topic/made"}
     fill(server.port, "/queue/passing", ["x"])
@@ -151,7 +152,7 @@ def test_a_bad_destination_to_make_is_refused_and_nothing_is_made(console, body,
     answer = api.request("POST", "/api/destinations", body)
     assert answer.status == status and words in answer.error, answer.error
     assert "/queue/p" not in server.core.destinations.queues
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     assert not config.exists() or "/queue/p" not in config.read_text()
 
 

@@ -156,7 +156,7 @@ def test_a_client_that_never_reads_its_receipts_is_not_read_until_it_does(start_
     bound = CONTROL_DEPTH + one_read
 
     def control_work() -> tuple[bool, int]:  # (reading stopped, C-1 high-water mark)
-        stopped = bool(connection.client.stops)
+        stopped = bool(connection.client.core_session.reading.stops)
         return stopped, connection.egress.queues.stats()["C-1"]["hwm_work"]
 
     def settled() -> bool:

@@ -53,7 +53,7 @@ def test_a_persistent_backlog_in_the_store_does_not_starve_a_selective_consumer(
     fill(server.port, "/queue/pdeep", bodies, kind="noise", **PERSISTENT)
     fill(server.port, "/queue/pdeep", ["wanted"], kind="signal", **PERSISTENT)
     queue = server.core.destinations.queues["/queue/pdeep"]
-    assert queue.backlog_after is not None  # most of it is in the store only
+    assert queue.backlog_start() is not None  # most of it is in the store only
     consumer, recorder = connect(server.port)
     _subscribed(
         consumer, recorder, "/queue/pdeep", ack="client-individual", selector="kind='signal'"

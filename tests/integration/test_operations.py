@@ -12,6 +12,7 @@ from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect, fill, until
 from tests.integration.console import encoded
 from tests.integration.test_flow_control import send_frame
+from wiremq.config.groups import ServerSettings
 
 # A live buffer of one small message: persistent messages past it are in the store only.
 PAD = "." * 60
@@ -85,7 +86,7 @@ def test_a_shut_down_destination_refuses_new_messages_until_resumed(console):
     assert error.command == "ERROR" and error.headers["receipt-id"] == "r1"
     assert error.headers["message"] == "destination shut down"
     assert _drain(server.port, "/queue/s", 1) == ["before"], "its consumers still get it"
-    config = Path(server.settings.get_str("Server", "datadir")) / "config.xml"
+    config = Path(ServerSettings.read(server.settings, "Server").datadir) / "config.xml"
     assert 'shutdown="true"' in config.read_text()
     api.ok("POST", f"/api/destinations/{encoded('/queue/s')}/resume")
     fill(server.port, "/queue/s", ["after"])

@@ -72,7 +72,7 @@ def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(s
     bodies = [f"{i:04d}" + "x" * 96 for i in range(100)]  # 100 B each: 5 fit in memory
     fill(server.port, "/queue/deep", bodies, **PERSISTENT)
     queue = server.core.destinations.queues["/queue/deep"]
-    assert queue.cache_bytes == 500 and queue.backlog_after is not None
+    assert queue.counts.live_buffer_bytes == 500 and queue.backlog_start() is not None
     _, _, messages = _drain(server.port, "/queue/deep", 100)
     assert [m.body for m in messages] == bodies
 

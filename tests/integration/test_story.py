@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.conftest import call_in_reactor
 from tests.integration.clients import connect, fill, until
 from tests.integration.console import Api, encoded, open_console
+from wiremq.config.groups import ServerSettings
 from wiremq.modules.journal.index import index_path, writing_index_path
 from wiremq.modules.security.users import UsersFile
 
@@ -135,7 +136,7 @@ def test_life_stories_of_a_run_with_mixed_fates_across_files_and_runs(
 
 
 def _journal_files(server) -> list[Path]:
-    folder = Path(server.settings.get_str("Server", "datadir")) / "journal"
+    folder = Path(ServerSettings.read(server.settings, "Server").datadir) / "journal"
     return sorted(folder.glob("*.jsonl"))
 
 

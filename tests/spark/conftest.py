@@ -8,17 +8,16 @@ from typing import Any
 import pytest
 
 from wiremq.analytics.journal import journal_schema, snapshot_schema
-from wiremq.analytics.spark import JavaMissing, java_version, start_session
+from wiremq.analytics.spark import JavaMissing, start_session
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The run's one SparkSession; the Spark tests fail with a clear message without Java."""
     try:
-        java_version()
+        session = start_session("local[2]", "wiremq tests", "1g")
     except JavaMissing as missing:
         pytest.fail(str(missing))
-    session = start_session("local[2]", "wiremq tests", "1g")
     session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session
     session.stop()

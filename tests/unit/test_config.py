@@ -77,6 +77,14 @@ def test_parse_refuses_with_what_is_allowed(param, text, allowed):
     assert allowed in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["\x08", "a\x00b", "\x1b[0m", "\ufffe", "\ud800"])
+def test_text_config_xml_cannot_hold_is_refused(text):
+    """config.xml (XML 1.0) cannot hold control characters other than tab and line ends,
+    nor lone surrogates: such a value could never be saved, so it is no value."""
+    with pytest.raises(ValueError, match="control characters"):
+        NAME.check(text)
+
+
 def test_nan_is_out_of_range():
     with pytest.raises(ValueError):
         REGISTRY.get("StompListener", "heartbeatgrace").parse("nan")
@@ -92,9 +100,9 @@ def test_suggest_names_the_closest_parameter_or_lists_them():
 
 def test_settings_start_from_defaults_and_take_overrides():
     settings = Settings(TEST_REGISTRY, {"G.count": 7})
-    assert settings.get_int("g", "COUNT") == 7
-    assert settings.get_float("G", "ratio") == 0.5
-    assert settings.get_str("G", "mode") == "fast"
+    assert settings.get("g", "COUNT") == 7
+    assert settings.get("G", "ratio") == 0.5
+    assert settings.get("G", "mode") == "fast"
     settings.set("g.ratio", 1.0)
     assert dict(settings.items())["G.ratio"] == 1.0
 

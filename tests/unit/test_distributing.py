@@ -53,7 +53,7 @@ def test_a_persistent_unmatched_backlog_read_back_from_the_store_does_not_starve
     )
     producer.send("/queue/pdeep", "wanted", {"kind": "signal", **PERSISTENT})
     queue = net.queue("/queue/pdeep")
-    assert queue.backlog_after is not None and queue.cache_bytes <= 2000
+    assert queue.backlog_start() is not None and queue.counts.live_buffer_bytes <= 2000
     consumer.subscribe("/queue/pdeep", ack="client-individual", selector="kind = 'signal'")
     assert consumer.bodies() == ["wanted"]
     consumer.ack(consumer.messages[0])
@@ -97,8 +97,8 @@ def test_a_hundred_selectors_on_one_header_each_get_their_own_messages(make_net)
     )
     for shard, consumer in enumerate(consumers):
         assert consumer.bodies() == [str(i) for i in range(shard, 1000, 100)]
-    queue = net.queue("/queue/sharded")
-    assert len(queue.matcher.indexed["shard"][1]) == 100 and not queue.matcher.others
+    matcher = net.queue("/queue/sharded").selective_dispatch.matcher
+    assert len(matcher.indexed["shard"][1]) == 100 and not matcher.others
 
 
 def test_a_bad_selector_is_refused_with_its_position(make_net):
@@ -144,7 +144,7 @@ def test_a_higher_priority_message_left_in_the_store_goes_before_those_in_memory
         producer.send("/queue/ps", f"low{i}" + "." * 20, {"priority": "1", **PERSISTENT})
     producer.send("/queue/ps", "high" + "." * 20, {"priority": "8", **PERSISTENT})
     queue = net.queue("/queue/ps")
-    assert queue.backlog_after is not None  # the high one is only in the store
+    assert queue.backlog_start() is not None  # the high one is only in the store
     consumer = Peer(net, "c")
     consumer.subscribe("/queue/ps", consumerQueueEntriesSize="1", ack="client-individual")
     received = []
@@ -364,9 +364,11 @@ def test_the_last_selective_consumer_leaving_makes_the_queue_plain_again(make_ne
     selective.subscribe("/queue/m", selector="k = 1")
     _send_many(producer, "/queue/m", ["x", "y"], k="2")
     queue = net.queue("/queue/m")
-    assert queue.selective and list(queue.filters) == ["k = 1"]
+    assert queue.selective and list(queue.selective_dispatch.filters) == ["k = 1"]
     selective.feed(frame("UNSUBSCRIBE", {"id": "1"}))
-    assert not queue.selective and not queue.filters and not queue.matcher.indexed
+    selective_dispatch = queue.selective_dispatch
+    assert not queue.selective and not selective_dispatch.filters
+    assert not selective_dispatch.matcher.indexed
     plain.subscribe("/queue/m")
     assert plain.bodies() == ["x", "y"]
 
@@ -508,7 +510,7 @@ def test_a_queue_stuck_with_unselected_messages_does_not_remember_every_pulled_o
             consumer.ack(message)
         consumer.writer.frames.clear()
     assert received == [f"m{i}" for i in range(300)]
-    assert queue.cache_bytes > 0 and queue.backlog.after is not None  # the junk stays
+    assert queue.counts.live_buffer_bytes > 0 and queue.backlog.after is not None  # the junk stays
     assert len(queue.backlog.pulled) <= 2 * 20  # swept: not one per message taken
 
 
@@ -550,7 +552,7 @@ def test_a_plain_queue_delivers_what_comes_after_messages_taken_out_of_it(make_n
     expires = str(net.runtime.now_ms() + 1000)
     producer.send("/queue/taken", "expiring", {"expires": expires})
     queue = net.queue("/queue/taken")
-    queue.sweep_volatile(net.runtime.now_ms() + 2000)
+    queue.sweeps.sweep_volatile(net.runtime.now_ms() + 2000)
     assert queue.waiting() == []
     producer.send("/queue/taken", "after")
     consumer = Peer(net, "c")

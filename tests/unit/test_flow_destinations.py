@@ -15,7 +15,7 @@ from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
 
 def _volatile_count(net: Net, name: str) -> int:
-    return net.core.volatile.count(name)
+    return net.core.volatile.counter(name).messages
 
 
 # -- watermarks that stop producers ---------------------------------------------------------
@@ -92,7 +92,7 @@ def test_a_producer_stopped_by_two_watermarks_resumes_only_when_both_have_cleare
     for i in range(3):
         b.send("/queue/b", f"b{i}")  # then the global one (6 in all)
     assert a.reader.calls == ["pause"] and b.reader.calls == ["pause"]
-    assert len(a.connection.stops) == 2
+    assert len(a.connection.core_session.reading.stops) == 2
     drain_a = Peer(net, "drain-a")
     drain_a.subscribe("/queue/a", ack="client-individual", consumerQueueEntriesSize="2")
     assert not net.queue("/queue/a").own_volatile.tripped  # 1 left: cleared
@@ -111,10 +111,10 @@ def test_a_stopped_producer_that_goes_away_is_forgotten(make_net):
     gone.send("/queue/g", "1")
     gone.send("/queue/g", "2")
     watermark = net.queue("/queue/g").own_volatile
-    assert watermark.stopped == {gone.connection}
+    assert watermark.stopped == {gone.connection.core_session.reading}
     gone.connection.connection_lost()
     assert watermark.stopped == set()
-    assert gone.connection not in net.core.flow.producers[P2P]
+    assert gone.connection.core_session.reading not in net.core.flow.producers[P2P]
     Peer(net, "consumer").subscribe("/queue/g")
     assert gone.reader.calls == ["pause"], "a closed connection is not resumed"
 
@@ -152,7 +152,7 @@ def test_a_consumer_with_a_full_window_is_skipped_for_the_others(make_net):
         consumer.ack(consumer.messages[acked[consumer]])
         acked[consumer] += 1
         for peer, window in ((x, 2), (y, 3)):
-            subscription = peer.connection.subscriptions["1"]
+            subscription = peer.connection.core_session.subscriptions.by_id["1"]
             assert subscription.inflight_messages <= window
             assert len(peer.messages) - acked[peer] == subscription.inflight_messages
     bodies = x.bodies() + y.bodies()
@@ -182,7 +182,7 @@ def test_in_auto_mode_the_window_counts_frames_not_yet_written(make_net):
     producer = Peer(net, "producer")
     for i in range(6):
         producer.send("/queue/auto", f"m{i}")
-    subscription = consumer.connection.subscriptions["1"]
+    subscription = consumer.connection.core_session.subscriptions.by_id["1"]
     assert subscription.inflight_messages == 3 and not subscription.ready
     assert consumer.egress.queues.stats()["D-1"]["length_msgs"] == 3
     assert _volatile_count(net, "/queue/auto") == 3
@@ -311,7 +311,7 @@ def test_disconnect_drops_the_slow_subscriber_with_an_error_and_others_go_on(mak
     assert slow.writer.frames[-1].headers["message"] == "slow subscriber"
     assert slow.writer.closed and net.core.flow.slow_disconnects == 1
     topic = net.topic("/topic/d")
-    assert [s.client for s in topic.consumers] == [fast.connection]
+    assert [s.slow_drop for s in topic.consumers] == [fast.connection.core_session.subscriptions]
     assert fast.bodies() == [f"m{i}" for i in range(8)]
     assert publisher.reader.reading and not publisher.input, "the publisher goes on"
     assert topic.state()["live_buffer_messages"] == 0
@@ -367,7 +367,7 @@ def test_a_discard_oldest_subscriber_never_exceeds_its_window_or_the_unacked_lim
     publisher = Peer(net, "publisher")
     for i in range(10):
         publisher.send("/topic/x", f"m{i}")
-    subscription = subscriber.connection.subscriptions["1"]
+    subscription = subscriber.connection.core_session.subscriptions.by_id["1"]
     assert len(subscription.unacked) <= 3
     assert net.core.unacked.count <= 5
 

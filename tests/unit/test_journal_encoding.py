@@ -57,7 +57,7 @@ def lines(data: bytes) -> list[dict[str, Any]]:
 
 def subscription(session: str, sub_id: str, ack: str = "auto") -> SimpleNamespace:
     return SimpleNamespace(
-        client=SimpleNamespace(session=SimpleNamespace(session_id=session)),
+        session_id=session,
         sub_id=sub_id,
         ack_mode=ack,
     )

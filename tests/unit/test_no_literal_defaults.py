@@ -58,7 +58,7 @@ def _findings(path: Path) -> list[str]:
                 and isinstance(first.value, str)
                 and first.value in groups_known
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("get", "get_int", "get_float", "get_str")
+                and node.func.attr == "get"
             ):
                 found.append(f"{where}:{node.lineno}: reads {first.value} by name")
     return found
@@ -73,7 +73,7 @@ def test_the_check_finds_what_it_looks_for(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
         "def read(limit=100, *, delay=0.5):\n"
-        "    return settings.get_int('P2PStore', 'maxdelay')\n"
+        "    return settings.get('P2PStore', 'maxdelay')\n"
         "class C:\n"
         "    depth: int = 20000\n"
     )

@@ -22,7 +22,7 @@ def test_a_message_committed_while_a_backlog_read_runs_is_not_left_behind(make_n
     for i in range(6):  # m0-m3 stay in memory, m4 and m5 only in the store
         producer.send("/queue/b", f"m{i}{PADDING}", PERSISTENT)
     queue = net.queue("/queue/b")
-    assert queue.backlog_after is not None
+    assert queue.backlog_start() is not None
     net.workers_held = True
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/b", ack="client-individual", consumerQueueEntriesSize="4")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.net import Net, Peer, frame, send_frame
+from tests.defaults import EGRESS_LIMITS
+from tests.unit.net import FakeReader, FakeWriter, Net, Peer, frame, send_frame
+from wiremq.modules.client.egress import Egress
 from wiremq.modules.security.users import UsersFile
 
 ALICE = {"login": "alice", "passcode": "alice-pw"}
@@ -39,7 +41,7 @@ def test_without_a_users_file_every_client_connects_and_may_do_everything(make_n
     consumer.subscribe("/queue/open")
     Peer(net, "10.0.0.2:1").send("/queue/open", "hello")
     assert consumer.bodies() == ["hello"]
-    assert consumer.connection.access is None  # no check at all on the message path
+    assert consumer.connection.core_session.access is None  # no check at all on the message path
 
 
 def test_a_login_is_checked_on_a_worker_and_what_follows_connect_waits_for_it(make_net):
@@ -62,7 +64,7 @@ def test_a_login_is_checked_on_a_worker_and_what_follows_connect_waits_for_it(ma
         "RECEIPT",
         "MESSAGE",
     ]
-    assert peer.connection.user == "alice"
+    assert peer.connection.core_session.user == "alice"
 
 
 @pytest.mark.parametrize(
@@ -119,7 +121,7 @@ def test_the_logins_of_one_address_are_checked_one_at_a_time(make_net):
     net.workers_held = False
     net.settle()
     assert all(g.errors[0].headers["message"] == "login failed" for g in guessers)
-    assert other.connection.user == "alice"
+    assert other.connection.core_session.user == "alice"
 
 
 def test_after_a_failure_the_next_check_of_the_address_waits_for_the_delay(make_net):
@@ -160,7 +162,7 @@ def test_a_login_that_succeeded_is_not_hashed_again_until_the_password_changes(m
     Peer(net, "10.0.0.1:1", login=ALICE)
     net.workers_held = True
     again = Peer(net, "10.0.0.1:2", login=ALICE)  # answered at once, no worker call
-    assert again.connection.user == "alice" and not net.runtime.workers["login"].calls
+    assert again.connection.core_session.user == "alice" and not net.runtime.workers["login"].calls
     users.set("alice", "new-pw", None)
     stale = Peer(net, "10.0.0.1:3", login=ALICE, connected=False)
     assert len(net.runtime.workers["login"].calls) == 1  # checked again, and it fails
@@ -175,7 +177,7 @@ def test_anonymous_clients_are_refused_unless_allowed_and_then_hold_their_groups
     users.grant(None, "anonymous", "/topic/public.>", ["read"])
     users.grant(None, "everyone", "/topic/news", ["read", "create"])
     anonymous = Peer(net, "10.0.0.1:1")
-    assert anonymous.connection.user is None
+    assert anonymous.connection.core_session.user is None
     anonymous.subscribe("/topic/news", sub_id="news")
     anonymous.subscribe("/topic/public.a", sub_id="a", receipt="ok")
     assert error_of(anonymous)["message"] == "permission denied: create /topic/public.a"
@@ -244,10 +246,10 @@ def test_grants_of_the_user_its_groups_and_everyone_add_up_and_admin_holds_all(m
     alice.send("/queue/orders.eu", "buy")
     alice.send("/topic/news", "extra")
     assert sorted(alice.bodies()) == ["buy", "extra"] and not alice.errors
-    access = alice.connection.access
+    access = alice.connection.core_session.access
     assert access is not None
-    assert alice.connection.may_read("/queue/orders.eu")
-    assert not alice.connection.may_read("/queue/orders.us")  # write, but no read
+    assert access.allows("read", "/queue/orders.eu")
+    assert not access.allows("read", "/queue/orders.us")  # write, but no read
     assert not access.allows("write", "/queue/orders.eu.x")  # * is one level
     root = Peer(net, "10.0.0.2:1", login=ROOT)
     root.subscribe("/queue/anything.at.all", durable="false")
@@ -281,3 +283,22 @@ def test_removing_a_durable_subscription_needs_create_on_its_topic(make_net):
     bob.feed(frame("UNSUBSCRIBE", {"id": "d", "durable": "true", "receipt": "gone"}))
     assert error_of(bob)["message"] == "permission denied: create /topic/t"
     assert ("shared", "d") in net.core.persistence.durables
+
+
+def test_what_follows_a_refused_connect_in_the_same_read_does_not_act(make_net):
+    """A CONNECT refused at once (too many connections from the address) leaves the client
+    unknown: a SEND it pipelined behind it must not reach a destination unchecked."""
+    net = make_net({"StompListener.maxconnectionsperaddress": 1})
+    users = with_users(net)
+    users.grant("alice", None, "/queue/orders", ["read", "write", "create"])
+    Peer(net, "10.0.0.1:1", login=ALICE)
+    egress = Egress(net.outbox, EGRESS_LIMITS)
+    writer = FakeWriter(egress)
+    intruder = net.core.connect(egress, "10.0.0.1:2", FakeReader(), net.clock())
+    intruder.data_received(
+        frame("CONNECT", {"accept-version": "1.2"}) + send_frame("/queue/orders", "forged"),
+        net.clock(),
+    )
+    net.settle()
+    assert [f.headers["message"] for f in writer.frames] == ["too many connections"]
+    assert "/queue/orders" not in net.core.destinations.queues

@@ -1,17 +1,17 @@
-"""VolQueueStore: per-queue counts of non-persistent messages, and their totals."""
+"""VolQueueStore: one count of non-persistent messages per queue, until the queue goes."""
 
 from wiremq.stores.volqueue import VolQueueStore
 
 
-def test_counts_per_queue_and_in_total():
+def test_one_count_per_queue_until_it_is_dropped():
     store = VolQueueStore()
     q = store.counter("/queue/q")
     q.messages, q.bytes = 3, 60
     other = store.counter("/queue/other")
     other.messages, other.bytes = 1, 40
     assert store.counter("/queue/q") is q
-    assert (store.count("/queue/q"), store.byte_count("/queue/q")) == (3, 60)
-    assert (store.total_messages, store.total_bytes) == (4, 100)
+    assert (q.messages, q.bytes, other.messages, other.bytes) == (3, 60, 1, 40)
     store.drop("/queue/q")
-    assert (store.count("/queue/q"), store.byte_count("/queue/q")) == (0, 0)
-    assert (store.total_messages, store.total_bytes) == (1, 40)
+    again = store.counter("/queue/q")
+    assert again is not q and (again.messages, again.bytes) == (0, 0)
+    assert store.counter("/queue/other") is other

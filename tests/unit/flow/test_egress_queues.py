@@ -10,10 +10,8 @@ from wiremq.modules.flow.egress_queues import (
     EgressQueues,
     Policy,
     QueueLimits,
-    TransmitQueue,
-    message_queue,
-    work_units,
 )
+from wiremq.modules.message import Message
 
 C1, D3, D2, D1, G1 = EgressQueue
 DEFAULT_MAX_DEPTH = DEFAULT_LIMITS[0].max_depth
@@ -21,18 +19,26 @@ UNIT = 2048
 
 
 class Writer:
-    """Records what drain() hands over, and counts it on a transmit queue."""
+    """Records what drain() hands over, and counts it on a TCP transmit queue of ``bound``
+    bytes (the server's is the transport's write buffer): there is room while its
+    ``depth`` is below the bound, and a message placed then is counted whole, so the
+    depth may go over the bound until bytes are ``sent``."""
 
     def __init__(self, bound: int = 1 << 30) -> None:
-        self.transmit = TransmitQueue(bound)
+        self.bound = bound
+        self.depth = 0
         self.written: list[tuple[bytes, int]] = []
 
     def drain(self, queues: EgressQueues) -> list[bytes]:
-        taken, indicated, discarded = queues.drain(self.transmit.room())
+        taken, indicated, discarded = queues.drain(max(0, self.bound - self.depth))
         for index, entry in enumerate(taken):
-            self.transmit.add(entry.nbytes)
+            self.depth += entry.nbytes
             self.written.append((entry.head, discarded if index == indicated else 0))
         return [entry.head for entry in taken]
+
+    def sent(self, nbytes: int) -> None:
+        """The client acknowledged ``nbytes``: they are gone from the transmit queue."""
+        self.depth -= nbytes
 
 
 def limits(queue: EgressQueue, max_depth: int, min_burst: int) -> tuple[QueueLimits, ...]:
@@ -51,24 +57,22 @@ def frame(name: str, nbytes: int) -> tuple[bytes, bytes]:
 @pytest.mark.parametrize(
     ("nbytes", "units"), [(0, 1), (1, 1), (2047, 1), (2048, 1), (2049, 2), (4096, 2), (4097, 3)]
 )
-def test_work_units(nbytes: int, units: int) -> None:
-    assert work_units(nbytes) == units
+def test_a_frame_counts_its_work_units(nbytes: int, units: int) -> None:
+    queues = EgressQueues(DEFAULT_LIMITS)
+    head = b"h"[:nbytes]
+    queues.enqueue(D1, head, b"x" * (nbytes - len(head)))
+    assert queues.queued_work == units
 
 
 @pytest.mark.parametrize(
     ("persistent", "cos", "queue"),
     [(True, 1, G1), (True, 3, G1), (False, 1, D1), (False, 2, D2), (False, 3, D3)],
 )
-def test_message_queue_by_persistence_and_class_of_service(
+def test_a_message_queue_by_persistence_and_class_of_service(
     persistent: bool, cos: int, queue: EgressQueue
 ) -> None:
-    assert message_queue(persistent, cos) is queue
-
-
-@pytest.mark.parametrize("cos", [0, 4])
-def test_message_queue_refuses_an_unknown_class_of_service(cos: int) -> None:
-    with pytest.raises(ValueError):
-        message_queue(False, cos)
+    headers = {"persistent": str(persistent).lower(), "class-of-service": str(cos)}
+    assert Message("id", "/queue/q", headers, b"").egress_queue is queue
 
 
 def test_labels_and_default_limits_are_the_seeds() -> None:
@@ -111,12 +115,12 @@ def test_whole_message_rule() -> None:
     for n in range(5):
         queues.enqueue(D1, *frame(f"m{n}", 60))
     assert writer.drain(queues) == [b"m0", b"m1"]  # 0 -> 60 -> 120: over the bound
-    assert writer.transmit.depth == 120
-    writer.transmit.sent(20)  # 100: at the bound, still no room
+    assert writer.depth == 120
+    writer.sent(20)  # 100: at the bound, still no room
     assert writer.drain(queues) == []
-    writer.transmit.sent(1)  # 99: room for one whole message
+    writer.sent(1)  # 99: room for one whole message
     assert writer.drain(queues) == [b"m2"]
-    assert writer.transmit.depth == 159
+    assert writer.depth == 159
 
 
 def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
@@ -126,7 +130,7 @@ def test_a_higher_priority_frame_overtakes_waiting_messages() -> None:
     queues.enqueue(D1, b"m1", b"")
     assert writer.drain(queues) == [b"m0"]
     queues.enqueue(C1, b"RECEIPT", b"")
-    writer.transmit.sent(writer.transmit.depth)
+    writer.sent(writer.depth)
     assert writer.drain(queues) == [b"RECEIPT"]
 
 
@@ -287,21 +291,6 @@ def test_stats_are_those_of_show_client_stats_queue() -> None:
     assert (queues.queued_work, queues.capacity_work) == (9, 5 * DEFAULT_MAX_DEPTH)
 
 
-def test_clear_stats_keeps_lengths_and_resets_marks_to_current_depth() -> None:
-    queues = EgressQueues(limits(D1, 2, 0), Policy.DISCARD_OLDEST)
-    for n in range(3):
-        queues.enqueue(D1, *frame(f"m{n}", UNIT))
-    queues.drain(1)  # one whole frame: one of the two left after the discard stays
-    queues.clear_stats()
-    row = queues.stats()["D-1"]
-    assert (row["length_msgs"], row["hwm_work"], row["discards_msgs"], row["delivered_msgs"]) == (
-        1,
-        1,
-        0,
-        0,
-    )
-
-
 def test_clear_returns_everything_in_drain_order() -> None:
     queues = EgressQueues(limits(D1, 1, 1), Policy.DISCARD_OLDEST)
     queues.enqueue(G1, b"g", b"")
@@ -320,7 +309,6 @@ def test_clear_returns_everything_in_drain_order() -> None:
         lambda: EgressQueues(DEFAULT_LIMITS[:4]),
         lambda: QueueLimits(max_depth=0, min_burst=4),
         lambda: QueueLimits(max_depth=20000, min_burst=-1),
-        lambda: TransmitQueue(0),
     ],
 )
 def test_bad_limits_are_refused(make: Callable[[], object]) -> None:

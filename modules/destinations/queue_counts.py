@@ -1,0 +1,89 @@
+"""What a queue holds in memory, counted where the server's bounds look.
+
+A queue's non-persistent messages are counted in the VolQueueStore and its
+watermarks (the global one and the queue's own); its persistent ones in the
+queue live buffer (``live_buffer_bytes``, bounded by persqueuebytehighwatermark)
+and the global one (``Persistence.live_buffer_bytes``). The live buffer is counted
+at once, since whether the next persistent message stays in memory depends on
+it; the VolQueueStore and its watermarks are told once per dispatch, not per
+message, so that a message passing straight through moves nothing
+(``unreported_volatile`` holds what came in and went out meanwhile).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wiremq.modules.destinations.destination import count_into
+from wiremq.modules.flow.watermarks import Watermark
+from wiremq.modules.message import Message
+
+if TYPE_CHECKING:
+    from wiremq.modules.persistence.store import Persistence
+    from wiremq.stores.volqueue import VolatileCount
+
+
+class QueueCounts:
+    """One queue's counts (see the module docstring)."""
+
+    __slots__ = (
+        "volatile_store",
+        "volatile",
+        "own_volatile",
+        "unreported_volatile",
+        "persistence",
+        "live_buffer_bytes",
+    )
+
+    def __init__(
+        self, volatile_store: VolatileCount, volatile: Watermark, persistence: Persistence | None
+    ) -> None:
+        self.volatile_store = volatile_store  # its count in the VolQueueStore
+        self.volatile = volatile  # the VolQueueStore's global watermark
+        self.own_volatile: Watermark | None = None  # the queue's own, if switched on
+        # Non-persistent [messages, bytes] in (positive) or out (negative) of memory that
+        # the VolQueueStore and its watermarks have not been told of yet.
+        self.unreported_volatile = [0, 0]
+        self.persistence = persistence
+        self.live_buffer_bytes = 0  # its persistent messages in memory
+
+    def report_volatile(self) -> None:
+        """Tell the VolQueueStore and its watermarks what came in and went out since they
+        last knew (once per dispatch)."""
+        unreported = self.unreported_volatile
+        if unreported[0] or unreported[1]:
+            count_into((self.volatile, self.own_volatile), unreported[0], unreported[1])
+            store = self.volatile_store
+            store.messages += unreported[0]
+            store.bytes += unreported[1]
+            unreported[0] = unreported[1] = 0
+
+    def live_buffer_add(self, nbytes: int) -> None:
+        """Bytes of persistent messages entering (positive) or leaving (negative) the live
+        buffer."""
+        self.live_buffer_bytes += nbytes
+        assert self.persistence is not None
+        self.persistence.live_buffer_bytes += nbytes
+
+    def left_memory(self, message: Message) -> None:
+        """A message leaves memory (delivered, expired, given back, taken by an operator)."""
+        if message.store_seq:
+            self.live_buffer_add(-message.size)
+        else:
+            unreported = self.unreported_volatile
+            unreported[0] -= 1
+            unreported[1] -= message.size
+
+    def came_back(self, message: Message) -> None:
+        """A message comes back into memory (redelivered)."""
+        if message.store_seq:
+            self.live_buffer_add(message.size)
+        else:
+            unreported = self.unreported_volatile
+            unreported[0] += 1
+            unreported[1] += message.size
+
+    def volatile_held(self) -> tuple[int, int]:
+        """Non-persistent messages and bytes as the VolQueueStore counted them (what came
+        since is in the next report)."""
+        return self.volatile_store.messages, self.volatile_store.bytes

@@ -1,0 +1,170 @@
+"""A queue's reads of its stored backlog: what stays in memory, and what is read back.
+
+``backlog.py`` keeps the account of what a queue left in the store and says
+which read to run next; this runs them for one queue. As a persistent message
+arrives it stays in memory if the queue live buffer has room and nothing is
+left in the store before it, or (within the global bound) if a selective
+consumer that has seen all the store holds selects it; else it is left in the
+store (``keep_in_memory``). When consumers need more, the read
+``StoreBacklog.next_read`` asks for runs on the store's reader (one at a time)
+and what it brings is handed to the queue as messages in memory, each with the
+delivery count it had if it was given back redelivered (the store keeps no
+delivery state). A live buffer given back to the store (``give_back``) is read
+again the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from wiremq.modules.destinations.backlog import Read, StoreBacklog
+from wiremq.modules.destinations.filters import Filter
+from wiremq.modules.destinations.queue_counts import QueueCounts
+from wiremq.modules.destinations.queue_selective import SelectiveDispatch
+from wiremq.modules.message import Message
+from wiremq.stores.api import Batch, Match
+from wiremq.stores.records import StoredMessage
+
+if TYPE_CHECKING:
+    from wiremq.modules.destinations.expiry import Expiry
+    from wiremq.modules.persistence.store import Persistence
+
+log = structlog.get_logger("wiremq.queue")
+
+
+class BacklogReads:
+    """One queue's store backlog and its reads (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        backlog: StoreBacklog,
+        persistence: Persistence | None,
+        counts: QueueCounts,
+        selective: SelectiveDispatch,
+        expiry: Expiry,
+        arrived: Callable[[list[Message]], None],
+    ) -> None:
+        self.name = name
+        self.backlog = backlog
+        self.persistence = persistence
+        self.counts = counts
+        self.selective = selective  # whose filters a read may be for
+        self.expiry = expiry
+        self.arrived = arrived  # what a read brought, for the queue to place and dispatch
+        self.messages_read = 0  # messages read back (not new arrivals)
+
+    def keep_in_memory(self, message: Message) -> bool:
+        """Whether a new persistent message stays in memory (counted in the live buffer),
+        else it is left in the store (see the module docstring)."""
+        persistence = self.persistence
+        assert persistence is not None
+        size = message.size
+        backlog = self.backlog
+        if persistence.live_buffer_bytes + size <= persistence.live_buffer_limit and (
+            (
+                backlog.after is None
+                and self.counts.live_buffer_bytes + size <= persistence.queue_live_buffer_limit
+            )
+            or (backlog.after is not None and self.selective.filters and self._awaited(message))
+        ):
+            self.counts.live_buffer_add(size)
+            return True
+        backlog.leave(message.store_seq, message.priority)
+        return False
+
+    def _awaited(self, message: Message) -> bool:
+        """Whether a selective consumer that has seen everything its queue left in the store
+        selects ``message``: kept in memory (and remembered as read out of order)."""
+        leaves = self.backlog.leaves
+        if any(f.store_seen == leaves for f in self.selective.matcher.matching(message)):
+            self.backlog.pulled[message.store_seq] = message.message_id
+            return True
+        return False
+
+    def higher_in_store(self) -> bool:
+        """Whether the store holds messages of a higher priority than any waiting in
+        memory: they are read first, and nothing is delivered until they are in."""
+        best = self.selective.best_waiting()
+        return self.backlog.higher_priority(self.counts.live_buffer_bytes == 0, best) is not None
+
+    def read_more(self) -> None:
+        """Read from the store what consumers need next, if they need any."""
+        persistence = self.persistence
+        assert persistence is not None
+        hungry = self.selective.hungry()
+        backlog = self.backlog
+        in_memory = self.counts.live_buffer_bytes
+        read = backlog.next_read(in_memory == 0, self.selective.best_waiting(), hungry, _selects)
+        if read is None:
+            return
+        backlog.read_under_way = True
+        limit = persistence.queue_live_buffer_limit
+        room = max(1, limit - in_memory if read.match is None else limit)
+        persistence.read(
+            self.name,
+            read.after,
+            backlog.settings.readmsgamount,
+            room,
+            lambda batch: self._read_done(read, batch),
+            self._read_failed,
+            read.match,
+            read.examine,
+        )
+
+    def _read_done(self, read: Read, batch: Batch) -> None:
+        found, expired = self.backlog.read_done(read, batch)
+        if expired and self.backlog.settings.expiryonread:
+            self.expiry.expired_stored([((self.name, seq), m) for seq, m in expired])
+        self.messages_read += len(found)
+        given_back_redeliveries = self.backlog.given_back_redeliveries
+        messages = []
+        for seq, stored in found:
+            message = Message.from_stored(stored, seq)
+            redeliveries = given_back_redeliveries.pop(seq, 0)
+            if redeliveries:
+                message.redelivered_before(redeliveries)
+            self.counts.live_buffer_add(message.size)
+            messages.append(message)
+        self.arrived(messages)
+
+    def _read_failed(self, error: Exception) -> None:
+        self.backlog.read_failed()
+        log.error("queue.read_failed", queue=self.name, error=str(error))
+
+    def give_back(self, messages: list[Message]) -> None:
+        """The live buffer's ``messages`` (out of memory now) are read again from the
+        store when a consumer comes; the selective consumers look at them again."""
+        self.backlog.give_back(
+            [m.store_seq for m in messages],
+            {m.store_seq: m.redeliveries for m in messages if m.redelivered},
+        )
+        after = self.backlog.after or 0
+        for filter_ in self.selective.filters.values():
+            filter_.store_after = min(filter_.store_after, after)
+
+
+class StoredView:
+    """What a selector reads of a stored message, while the store is searched."""
+
+    __slots__ = ("headers", "priority", "timestamp", "message_id", "expires")
+    persistent = True
+    redelivered = False
+    redeliveries = 0
+
+    def __init__(self, stored: StoredMessage) -> None:
+        self.headers = dict(stored.headers)
+        self.priority = stored.priority
+        self.timestamp = stored.timestamp
+        self.message_id = stored.message_id
+        self.expires = stored.expires
+
+
+def _selects(filter_: Filter) -> Match:
+    """A store read's test for what ``filter_``'s selector selects."""
+    assert filter_.match is not None
+    match = filter_.match
+    return lambda stored: match(StoredView(stored))
