@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.message import Message
 from wiremq.modules.operations import Failed, OperationError, not_found
@@ -58,9 +59,14 @@ class DurableSubscriptions:
     """The console's view and removal of durable subscriptions (see the module docstring)."""
 
     def __init__(
-        self, persistence: Persistence | None, journal: Journal, count_limit: Callable[[], int]
+        self,
+        persistence: Persistence | None,
+        destinations: Destinations,
+        journal: Journal,
+        count_limit: Callable[[], int],
     ) -> None:
         self.persistence = persistence
+        self.destinations = destinations
         self.journal = journal
         self.count_limit = count_limit
 
@@ -87,8 +93,7 @@ class DurableSubscriptions:
 
         def counted(info: SubscriptionInfo, count: int, more: bool) -> None:
             key = (info.client_id, info.name)
-            active = persistence.active.get(key)
-            session = active.session_id if active is not None else None
+            session = self._session(topic, key)
             views.append(
                 DurableView(
                     info.client_id,
@@ -98,13 +103,21 @@ class DurableSubscriptions:
                     info.acked_seq,
                     count,
                     more,
-                    active is not None,
+                    key in persistence.active,
                     session,
                 )
             )
             next_one()
 
         next_one()
+
+    def _session(self, topic: str, key: SubscriptionKey) -> str | None:
+        """The session of the subscriber that holds ``key`` on ``topic`` now, if any."""
+        destination = self.destinations.get(topic)
+        for subscription in destination.consumers if destination is not None else ():
+            if subscription.durable_key == key:
+                return subscription.session_id
+        return None
 
     def _count(
         self,

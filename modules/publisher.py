@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from wiremq.modules.destinations.destination import domain_of
 from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.domains import domain_of
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import FRAME_ONLY_HEADERS, Message
+from wiremq.modules.message import FRAME_ONLY_HEADERS, Batch, Message
 from wiremq.modules.operations import Failed, OperationError
-from wiremq.modules.pipeline.chain import Batch
 from wiremq.modules.sender import Sender
 
 PERSISTENT = "persistent"
