@@ -36,6 +36,7 @@ from wiremq.modules.destinations.deadletter import DeadLetters
 from wiremq.modules.destinations.destination import DestinationServices
 from wiremq.modules.destinations.durable import ReplayManager
 from wiremq.modules.destinations.expiry import Expiry
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
 from wiremq.modules.durables import DurableSubscriptions
@@ -95,10 +96,16 @@ class Core:
         )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
         self.copier = Copier(settings, runtime.now_ms)
+        self.fates = FateCounts()
         self.dead_letters = DeadLetters(
-            settings, self.persistence, self.pipelines.submit, self.journal, self.copier
+            settings,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
+            self.fates,
         )
-        self.expiry = Expiry(settings, self.dead_letters, self.journal)
+        self.expiry = Expiry(settings, self.dead_letters, self.journal, self.fates)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
@@ -131,6 +138,7 @@ class Core:
                 self.volatile,
                 self.journal,
                 self.pools,
+                self.fates,
             )
         )
         destinations.append(self.destinations)
@@ -243,16 +251,17 @@ class Core:
         destinations config.xml declares, count what the store holds in its watermarks,
         load the durable subscriptions and the prepared XA branches."""
         if self.persistence is None or self.store is None:
-            self.destinations.restore([])
+            self.destinations.restore({})
             return
         store = self.store
-        queues = [
-            name
+        held = {
+            name: store.count(name)[0]
             for name in store.destinations(QUEUE_PREFIX)
-            if name != PREPARED_AREA and store.count(name)[0]
-        ]
+            if name != PREPARED_AREA
+        }
+        queues = {name: count for name, count in held.items() if count}
         self.destinations.restore(queues)
-        self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
+        self.spool.store_changed([*queues, *store.destinations(TOPIC_PREFIX)])
         subscriptions = self.persistence.load_durable_subscriptions()
         self.xa.restore(store)
         log.info(

@@ -205,6 +205,7 @@ class Operations:
 
             def removed(result: object) -> None:
                 queue.backlog_purged(scanned)
+                queue.fates.discarded += count + len(found)
                 self.journal.operator_discarded(
                     taken, [((name, seq), m) for seq, m in found], PURGED
                 )
@@ -392,10 +393,13 @@ class Operations:
             log.info("operator.message", destination=source, message_id=message_id, action=action)
             held = [message] if message is not None else []
             read = [((source, stored[0]), stored[1])] if stored is not None else []
+            fates = self.destinations.services.fates
             if copy is None:
                 self.journal.operator_discarded(held, read, DELETED)
+                fates.count(source, "discarded", 1)
             else:
                 self.journal.operator_moved(held, read, copy.destination)
+                fates.count(source, "moved", 1)
                 sent = sent_copy(copy, copy_seq or 0)
                 if copy_seq:
                     self.journal.stored([sent])

@@ -498,6 +498,7 @@ class ClientConnection:
             "subscriptions": core.subscriptions.state(),
             "egress_policy": self.egress.queues.policy.value,
             "egress": self.egress.queues.stats(),
+            "messages_sent": self.egress.queues.messages_written(),
         }
 
 

@@ -349,6 +349,8 @@ class SessionSubscriptions:
         destination = subscription.destination
         if nack:
             return subscription, [], destination.rejected(subscription, messages, requeue)
+        subscription.acknowledged += len(messages)
+        destination.count("acknowledged", messages)
         return subscription, messages, destination.acknowledged(subscription, messages)
 
     def _store(self, changes: StoreTransaction, receipt: str | None) -> None:

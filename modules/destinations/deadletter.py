@@ -24,6 +24,7 @@ import structlog
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
 from wiremq.modules.destinations.copies import Copier, sent_copy
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.domains import domain_of
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.message import DELIVERY_COUNT, Batch, Message
@@ -54,6 +55,7 @@ class DeadLetters:
         submit: Callable[[str, Batch], None],
         journal: Journal,
         copier: Copier,
+        fates: FateCounts,
     ) -> None:
         """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records the
         moves (dead-lettered, the copies stored) and the messages dropped; ``copier`` makes
@@ -63,6 +65,7 @@ class DeadLetters:
         self.submit = submit
         self.journal = journal
         self.copier = copier
+        self.fates = fates
 
     def queue_of(self, destination: str) -> str | None:
         """The dead message queue of ``destination``; None for that queue itself."""
@@ -88,8 +91,11 @@ class DeadLetters:
             message_ids=[m.message_id for m in messages[:20]],
         )
         stored = [] if shared else [m for m in messages if m.store_seq]
+        if reason != EXPIRED:  # an expired one's fate is its expiry (counted there)
+            fate = "discarded" if dmq is None else "dead_lettered"
+            self.fates.count(destination, fate, len(messages))
         if dmq is None:
-            if reason != EXPIRED:  # an expired one's fate is its expiry
+            if reason != EXPIRED:
                 self.journal.discarded(messages, reason)
             if stored and self.persistence is not None:
                 self.persistence.forget(stored)

@@ -8,6 +8,7 @@ message queue (``expiredmessages`` / ``deadmessagequeue``) by ``deadletter.py``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
@@ -15,6 +16,7 @@ import structlog
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
 from wiremq.modules.destinations.deadletter import EXPIRED, DeadLetters
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.message import Message
 from wiremq.stores.api import Committed, Position, StoreTransaction
@@ -27,10 +29,13 @@ log = structlog.get_logger("wiremq.expiry")
 class Expiry:
     """Discards expired messages or moves them to a dead message queue, per destination."""
 
-    def __init__(self, settings: Settings, dead_letters: DeadLetters, journal: Journal) -> None:
+    def __init__(
+        self, settings: Settings, dead_letters: DeadLetters, journal: Journal, fates: FateCounts
+    ) -> None:
         self.settings = settings
         self.dead_letters = dead_letters
         self.journal = journal
+        self.fates = fates
 
     def _dead_message_queue(self, destination: str) -> str | None:
         """Where expired messages of ``destination`` go, or None when they are discarded."""
@@ -47,6 +52,7 @@ class Expiry:
         dmq = self._dead_message_queue(destination)
         self._log(destination, [m.message_id for m in messages], dmq)
         self.journal.expired(destination, messages, dmq)
+        self.fates.count(destination, "expired", len(messages))
         if dmq is not None:
             self.dead_letters.move(destination, messages, EXPIRED)
 
@@ -74,6 +80,15 @@ class Expiry:
 
         def committed(transaction: StoreTransaction, result: Committed) -> None:
             self.journal.expired_stored(transaction, found, result, run)
+            removed = set(result.removed)
+            gone = [position for position, _ in found if position in removed]
+            gone += [
+                position
+                for (position, _), seq in zip(transaction.moves, result.moved, strict=True)
+                if seq is not None
+            ]
+            for name, count in Counter(position[0] for position in gone).items():
+                self.fates.count(name, "expired", count)
 
         self.dead_letters.commit(removals, moves, then, committed)
 

@@ -114,13 +114,16 @@ class Destinations:
         del registry[name]
         self.retired_received += destination.received
         self.retired_delivered += destination.delivered
+        self.services.fates.retire(name)
         destination.remove()
 
     def totals(self) -> dict[str, int]:
-        """Messages received and delivered since the server started, all destinations."""
+        """Messages received and delivered since the server started, and what became of
+        them (``fates.py``), all destinations."""
         return {
             "received": self.retired_received + sum(d.received for d in self),
             "delivered": self.retired_delivered + sum(d.delivered for d in self),
+            **self.services.fates.totals(),
         }
 
     def configure(self) -> None:
@@ -139,13 +142,14 @@ class Destinations:
                 destination.remove_producer(producer)
         self.services.flow.forget(producer)
 
-    def restore(self, queues: list[str]) -> None:
+    def restore(self, queues: dict[str, int]) -> None:
         """Recreate the queues that have stored messages (they are read back on demand) and
         make the destinations config.xml declares."""
-        for name in queues:
+        for name, held in queues.items():
             queue = self.resolve(name)
             assert isinstance(queue, Queue)
             queue.backlog.restore()
+            queue.fates.restored = held
         settings = self.services.settings
         for name in list(settings.destinations):
             if DestinationPolicy.for_destination(settings, name).declared:
