@@ -109,7 +109,7 @@ class Api:
         self.stories = StoryApi(
             server, Path(ServerSettings.read(server.settings, "Server").datadir)
         )
-        self.destinations = DestinationsApi(self.core, tuning)
+        self.destinations = DestinationsApi(self.core, tuning, history.rates)
         self.console_host = ""  # where the console listens (set once it does)
         self.console_port = 0
         self.localhost_only = False  # no users file: the console listens on 127.0.0.1 only
@@ -198,6 +198,7 @@ class Api:
         subscriptions = client["subscriptions"]
         return {
             **client,
+            **self.history.rates.of_connection(client["session"]),
             "consumers": len(subscriptions),
             "ready": all(s["ready"] for s in subscriptions) if subscriptions else None,
             "blocked": socket.get("blocked"),
@@ -231,7 +232,7 @@ class Api:
             for s in c["subscriptions"]
             if s["destination"] == name
         ]
-        return {**found.state(), "subscriptions": consumers}
+        return {**self.destinations.row(found), "subscriptions": consumers}
 
     def purge(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]

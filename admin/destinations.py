@@ -17,6 +17,7 @@ from wiremq.config.tuning import Tuning
 from wiremq.modules.core import Core
 from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.topic import Topic
+from wiremq.modules.rates import RATES, Rates
 from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
 from wiremq.modules.security.permissions import CREATE, READ, WRITE
 
@@ -42,6 +43,7 @@ SORTS = (
     "policy",
     "watermarks",
     "shutdown",
+    *RATES,
 )
 ENCODINGS = ("text", "base64")
 PUBLISH_FIELDS = {"body", "headers", "persistent", "encoding"}
@@ -64,9 +66,14 @@ class DestinationsApi:
     """The handlers (see the module docstring), on the core ``core()`` answers (503 while
     the server starts) and the parameters ``tuning`` changes."""
 
-    def __init__(self, core: Callable[[], Core], tuning: Tuning) -> None:
+    def __init__(self, core: Callable[[], Core], tuning: Tuning, rates: Rates) -> None:
         self.core = core
         self.tuning = tuning
+        self.rates = rates
+
+    def row(self, destination: Destination) -> dict[str, Any]:
+        """A destination's state with its latest rates (``modules/rates.py``)."""
+        return {**destination.state(), **self.rates.of_destination(destination.name)}
 
     # -- the table -------------------------------------------------------------------------
 
@@ -86,9 +93,9 @@ class DestinationsApi:
         limit = call.query.get("limit", 50)
         matched.sort(key=lambda d: d.name, reverse=descending and sort == "name")
         if sort == "name":  # only the page's states are made
-            rows = [d.state() for d in matched[offset : offset + limit]]
+            rows = [self.row(d) for d in matched[offset : offset + limit]]
         else:
-            states = [d.state() for d in matched]
+            states = [self.row(d) for d in matched]
             states.sort(key=lambda s: _sort_value(s.get(sort)), reverse=descending)
             rows = states[offset : offset + limit]
         return {

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from wiremq.modules.rates import Rates
 from wiremq.modules.statistics import DESTINATION, SERVER, State, Statistic, charted
 
 SERVER_SERIES = charted(SERVER)
@@ -83,6 +84,7 @@ class History:
         self.kept = destinations
         self.server = Track(SERVER_SERIES, self.length)
         self.destinations: dict[str, Track] = {}
+        self.rates = Rates()  # every destination's and connection's latest
 
     def next_interval(self, interval: float) -> float:
         """How long to wait for the next sample, taken every ``interval`` seconds once the
@@ -96,6 +98,7 @@ class History:
         """Record one sample; destinations beyond the ``kept`` busiest are left out, and
         those left out for a whole span are forgotten."""
         self.server.add(now, state)
+        self.rates.sample(now, state)
         everyone = [*state["queues"], *state["topics"]]
         busiest = sorted(everyone, key=lambda d: (d["messages"], d["received"]), reverse=True)
         for destination in busiest[: self.kept]:

@@ -137,3 +137,56 @@ def test_the_connections_page_counts_message_frames_not_the_connected_frame(cons
     assert until(lambda: sent() == [0, 2]), sent()
     idle.disconnect()
     consumer.disconnect()
+
+
+def test_rates_per_destination_and_per_connection(start_server, console_of):
+    server = start_server(**{"Admin.sampleinterval": "0.2"})
+    api = console_of(server)
+    name = "/queue/rated"
+    consumer, recorder = connect(server.port)
+    consumer.subscribe(name, id="1", ack="client-individual")
+    producer, sent = connect(server.port)
+    acked = [0]
+
+    def busy() -> None:
+        """A message sent, delivered and acknowledged (one round)."""
+        producer.send(name, "tick", receipt=f"r{acked[0]}")
+        recorder.wait_for_messages(acked[0] + 1)
+        consumer.ack(recorder.messages[acked[0]].headers["ack"])
+        acked[0] += 1
+
+    def rated(rates: dict) -> bool:
+        busy()
+        return all((rates.get(r) or 0) > 0 for r in ("publish_rate", "deliver_rate", "ack_rate"))
+
+    def destination() -> dict:
+        return api.get(f"/api/destinations/{encoded(name)}")
+
+    def row() -> dict:
+        (found,) = api.get("/api/destinations?filter=rated")["destinations"]
+        return found
+
+    def connections() -> dict[str, dict]:
+        return {c["session"]: c for c in api.get("/api/connections")["connections"]}
+
+    assert until(lambda: rated(destination()), timeout=20), destination()
+    assert until(lambda: rated(row()), timeout=20), row()
+    top = api.get("/api/destinations?sort=publish_rate&order=desc")["destinations"][0]
+    assert top["name"] == name
+    (reader,) = [c for c in connections().values() if c["consumers"] == 1]
+    (writer,) = [c for c in connections().values() if c["published"] > 0]
+    assert until(lambda: busy() or (connections()[writer["session"]]["publish_rate"] or 0) > 0)
+    assert until(
+        lambda: (
+            busy()
+            or (
+                (connections()[reader["session"]]["deliver_rate"] or 0) > 0
+                and (connections()[reader["session"]]["ack_rate"] or 0) > 0
+            )
+        )
+    )
+    assert connections()[reader["session"]]["publish_rate"] in (0, None)
+    # Idle: the rates come down to nothing.
+    assert until(lambda: destination()["publish_rate"] == 0, timeout=20), destination()
+    producer.disconnect()
+    consumer.disconnect()
