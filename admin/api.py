@@ -31,7 +31,7 @@ from wiremq.modules.domains import domain_of
 from wiremq.modules.events import EVENTS, EventStream
 from wiremq.modules.history import History
 from wiremq.modules.operations import Operations
-from wiremq.modules.security.permissions import WRITE
+from wiremq.modules.security.permissions import READ, WRITE
 from wiremq.modules.security.users import Users
 
 if TYPE_CHECKING:
@@ -301,11 +301,39 @@ class Api:
 
     def browse(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]
+        offset = call.query.get("offset", 0)
         limit = call.query.get("limit", 100)
+        selector = call.query.get("selector", "")
         head = self.admin.browsebytes
         return waiting(
-            lambda done, failed: self.operations.browse(name, limit, head, done, failed),
-            lambda views: {"destination": name, "messages": [v.json() for v in views]},
+            lambda done, failed: self.operations.browse(
+                name, offset, limit, selector, head, done, failed
+            ),
+            lambda page: {
+                "destination": name,
+                "offset": offset,
+                "limit": limit,
+                "selector": selector,
+                "messages": [v.json() for v in page.messages],
+                "more": page.more,
+            },
+        )
+
+    def message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
+        name, message_id = call.params["name"], call.params["message"]
+        return waiting(
+            lambda done, failed: self.operations.message(name, message_id, done, failed),
+            lambda view: {"destination": name, **view.json()},
+        )
+
+    def copy_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
+        name, message_id = call.params["name"], call.params["message"]
+        to = call.body.get("to") if isinstance(call.body, dict) else None
+        if not isinstance(to, str):
+            raise HttpError(400, 'the body must be {"to": "/queue/NAME or /topic/NAME"}')
+        return waiting(
+            lambda done, failed: self.operations.copy(name, message_id, to, done, failed),
+            lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
     def delete_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
@@ -570,11 +598,42 @@ class Api:
                 f"/api/destinations/{name}/messages",
                 VIEWER,
                 self.browse,
-                "the messages waiting in a queue, in delivery order, with the first bytes "
-                "of each body (read on the queue is enough)",
+                "a page of the messages waiting in a queue, in delivery order, those a JMS "
+                "selector selects, with the first bytes of each body (text, or hex if "
+                "binary: encoding); more: whether others follow (read on the queue is enough)",
                 "messages",
-                query=(limit,),
+                query=(
+                    Query("offset", int, "messages skipped (of those selected)", 0),
+                    limit,
+                    Query("selector", str, "a JMS selector: only the messages it selects"),
+                ),
                 errors=(400, 404),
+            ),
+            Route(
+                "GET",
+                f"/api/destinations/{name}/messages/{{message}}",
+                VIEWER,
+                self.message,
+                "one waiting message whole: all its headers and its body (text, or hex if "
+                "binary: encoding; size in bytes) (read on the queue is enough)",
+                "messages",
+                errors=(400, 404),
+            ),
+            Route(
+                "POST",
+                f"/api/destinations/{name}/messages/{{message}}/copy",
+                OPERATOR,
+                self.copy_message,
+                "copy one waiting message to another destination (it stays where it is)",
+                "messages",
+                body={
+                    "type": "object",
+                    "required": ["to"],
+                    "properties": {"to": {"type": "string"}},
+                },
+                errors=(400, 404, 409),
+                permission=READ,  # the original stays: read it, write where the copy goes
+                body_permission=("to", WRITE),
             ),
             Route(
                 "DELETE",
