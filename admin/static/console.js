@@ -226,9 +226,9 @@ function viewOf(section) {
 function pagedSource(section) {
   const view = viewOf(section);
   const source = fill(section.source, pageRow(), true);
-  const query = new URLSearchParams({ offset: view.offset, limit: PAGE_SIZE, sort: view.sort,
-    order: view.order });
-  if (view.filter) query.set("filter", view.filter);
+  const query = new URLSearchParams({ offset: view.offset, limit: PAGE_SIZE });
+  if (!section.filter) { query.set("sort", view.sort); query.set("order", view.order); }
+  if (view.filter) query.set(section.filter || "filter", view.filter);
   return source + (source.includes("?") ? "&" : "?") + query.toString();
 }
 
@@ -236,26 +236,32 @@ function pagedTable(section, data, node) {
   const view = viewOf(section);
   let box = node;
   if (!box || !box.classList.contains("paged")) {
+    // A name filter applies as it is typed; a selector (section.filter) once entered, as
+    // a half-typed one is no selector.
+    const typed = () => { view.filter = filter.value.trim(); view.offset = 0; };
     const filter = el("input", { type: "search", class: "table-filter",
-      placeholder: "filter by name", value: view.filter,
-      oninput: () => {
-        view.filter = filter.value.trim();
-        view.offset = 0;
+      placeholder: section.filterHint || "filter by name", value: view.filter,
+      oninput: section.filter ? null : () => {
+        typed();
         clearTimeout(filter.timer);
         filter.timer = setTimeout(() => redraw(section), 250);
-      } });
+      },
+      onchange: section.filter ? () => { typed(); redraw(section); } : null });
     box = el("div", { class: "paged" }, filter, el("div", { class: "rows" }), el("div", { class: "pager" }));
   }
   const rows = data.destinations || pick(data, section.rows) || [];
   box.querySelector(".rows").replaceChildren(tableOf(section, rows));
-  const first = data.matched ? data.offset + 1 : 0, last = data.offset + rows.length;
-  const filtered = data.matched !== data.total ? " (filtered from " + FORMATS.count(data.total) + ")" : "";
+  // The destinations' table knows how many matched; a browse only whether more follow.
+  const counted = data.matched !== undefined;
+  const first = rows.length ? data.offset + 1 : 0, last = data.offset + rows.length;
+  const filtered = counted && data.matched !== data.total ? " (filtered from " + FORMATS.count(data.total) + ")" : "";
+  const range = FORMATS.count(first) + "–" + FORMATS.count(last) +
+    (counted ? " of " + FORMATS.count(data.matched) + filtered : data.more ? ", more follow" : ", the last");
   box.querySelector(".pager").replaceChildren(
     el("button", { type: "button", "data-page": "previous", disabled: data.offset <= 0,
       onclick: () => { view.offset = Math.max(0, view.offset - PAGE_SIZE); redraw(section); } }, "« Previous"),
-    el("span", { class: "range" }, FORMATS.count(first) + "–" + FORMATS.count(last) + " of " +
-      FORMATS.count(data.matched) + filtered),
-    el("button", { type: "button", "data-page": "next", disabled: last >= data.matched,
+    el("span", { class: "range" }, range),
+    el("button", { type: "button", "data-page": "next", disabled: counted ? last >= data.matched : !data.more,
       onclick: () => { view.offset += PAGE_SIZE; redraw(section); } }, "Next »"));
   return box;
 }
@@ -282,6 +288,7 @@ function actionButton(action, row) {
       }
       try {
         const result = await api(action.method, fill(action.url, row, true), body);
+        if (action.show) { Forms.showMessage(result); return; }
         flash(action.label + ": " + summary(result));
         if (action.then) window.location.hash = action.then;
         else refresh(true);

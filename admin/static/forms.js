@@ -135,5 +135,31 @@ const Forms = (() => {
 
   SECTIONS.form = async (section, data, node) => node || FORMS[section.form](section);
 
-  return { chooseDestination, headersOf };
+  // A dialog showing one message whole: its figures, every header, its body (text, or the
+  // hex of a binary one, with its size).
+  function showMessage(message) {
+    const figures = [["Message id", message.message_id], ["Size", message.size + " bytes"],
+      ["Persistent", message.persistent ? "yes" : "no"], ["Priority", message.priority],
+      ["Expires", message.expires ? new Date(message.expires).toISOString() : "never"],
+      ["Redelivered", message.redelivered ? "yes" : "no"],
+      ["Stored at", message.stored_at || "not stored"]];
+    const headers = Object.entries(message.headers || {});
+    const overlay = el("div", { class: "overlay" }, el("div", { class: "dialog message", role: "dialog" },
+      el("h2", {}, "Message " + message.message_id),
+      el("table", { id: "message-figures" }, el("tbody", {}, figures.map(([k, v]) =>
+        el("tr", {}, el("th", {}, k), el("td", {}, String(v)))))),
+      el("h3", {}, "Headers"),
+      headers.length
+        ? el("table", { id: "message-headers" }, el("tbody", {}, headers.map(([k, v]) =>
+          el("tr", {}, el("th", {}, k), el("td", {}, v)))))
+        : el("p", { class: "muted" }, "none"),
+      el("h3", {}, message.encoding === "hex" ? "Body (binary, " + message.size + " bytes, as hex)" : "Body (text)"),
+      el("pre", { class: "body", id: "message-body", "data-encoding": message.encoding }, message.body),
+      el("p", { class: "actions" }, el("a", { href: "#/story/" + encodeURIComponent(message.message_id),
+        onclick: () => overlay.remove() }, "Life story"), " ",
+      el("button", { type: "button", "data-action": "close", onclick: () => overlay.remove() }, "Close"))));
+    document.body.append(overlay);
+  }
+
+  return { chooseDestination, headersOf, showMessage };
 })();

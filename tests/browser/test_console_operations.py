@@ -1,7 +1,8 @@
 """The operator's day in the console, in headless Chromium, as an admin, an operator and a
 viewer: paging, sorting and filtering 10,000 destinations; making one with its parameters;
 publishing a test message and reading its life story; moving a message by searching for
-where it goes; shutting down and resuming; removing a durable subscription; managing users.
+where it goes; shutting down and resuming; removing a durable subscription; managing users;
+browsing a queue page by page with a selector, opening one message, copying one.
 
 Every wait re-reads the page (the tables redraw every two seconds): no element is held across
 a wait."""
@@ -178,9 +179,9 @@ def test_an_admin_makes_a_destination_publishes_and_reads_the_story(
     _until(browser, lambda b: "Published" in _text(b, ".form-result"))
     message_id = _text(browser, ".form-result a")
     assert message_id.startswith("wmq-") and "(stored)" in _text(browser, ".form-result")
-    waiting = 'section[data-title="Messages waiting (first 50)"]'
-    _until(browser, lambda b: _column(b, "Messages waiting (first 50)", 1) == [message_id])
-    assert "color:red" in _column(browser, "Messages waiting (first 50)", 6)[0]
+    waiting = 'section[data-title="Messages waiting"]'
+    _until(browser, lambda b: _column(b, "Messages waiting", 1) == [message_id])
+    assert "color:red" in _column(browser, "Messages waiting", 6)[0]
     shoot("published")
     _click(browser, f'{waiting} tbody a[href^="#/story/"]')
     _until(browser, lambda b: b.execute_script("return document.body.dataset.ready") == "story")
@@ -232,9 +233,9 @@ def test_an_operator_moves_by_searching_shuts_down_resumes_and_removes_a_subscri
     assert _texts(browser, 'button[data-action="create"]') == []
 
     _open(browser, f"{base}/#/destination/{encoded('/queue/src')}", "destination")
-    waiting = "Messages waiting (first 50)"
+    waiting = "Messages waiting"
     _until(browser, lambda b: _column(b, waiting, 7) == ["to be moved"])
-    _click(browser, 'section[data-title="Messages waiting (first 50)"] button[data-action="Move"]')
+    _click(browser, 'section[data-title="Messages waiting"] button[data-action="Move"]')
     _type(browser, "#choose-filter", "dst.u")
     _until(browser, lambda b: _attributes(b, ".choice", "data-destination") == ["/queue/dst.us"])
     shoot("choosing")
@@ -316,9 +317,10 @@ def test_a_viewer_reads_tables_subscriptions_and_stories_and_acts_on_nothing(
     shoot("viewer-topic")
     fill(server.port, "/queue/waits", ["browse me"])
     _open(browser, f"{base}/#/destination/{encoded('/queue/waits')}", "destination")
-    waiting = "Messages waiting (first 50)"
+    waiting = "Messages waiting"
     _until(browser, lambda b: _column(b, waiting, 7) == ["browse me"])  # read: browse
-    assert _texts(browser, f'section[data-title="{waiting}"] button') == [], "no Delete, Move"
+    actions = _texts(browser, f'section[data-title="{waiting}"] td button[data-action]')
+    assert actions == ["View"], "no Copy, Delete, Move"
     _open(browser, f"{base}/#/story/{encoded(message.headers['message-id'])}", "story")
     _until(browser, lambda b: "consumed" in _texts(b, "table.story tbody td:nth-child(2)"))
     _open(browser, f"{base}/#/users", "overview")  # not a viewer's page: the overview instead
@@ -359,3 +361,88 @@ def test_an_admin_manages_users_and_their_permissions(
     _click(browser, 'tr[data-user="boss"] button[data-action="remove-user"]')
     _accept(browser)
     _until(browser, lambda b: "last admin" in _text(b, "#flash"))
+
+
+def _waiting_bodies(browser: WebDriver) -> list[str]:
+    return _column(browser, "Messages waiting", 7)
+
+
+def test_browse_pages_filters_shows_one_message_and_copies_by_role(
+    reactor, start_server, browser, shoot, tmp_path
+):
+    _users(tmp_path / "data")
+    server = start_server(**{"Security.allowanonymous": "true"})
+    api_port = open_console(reactor, server).port
+    base = f"http://127.0.0.1:{api_port}"
+    producer, recorder = connect(server.port)
+    for i in range(60):
+        headers = {"n": str(i), "color": "red" if i % 10 == 0 else "blue"}
+        producer.send("/queue/big", f"b{i:02d}", headers=headers)
+    producer.send("/queue/big", bytes([0, 1, 2, 255]), headers={"n": "60"}, receipt="all")
+    assert recorder.wait_until(lambda: "all" in recorder.receipts)
+    producer.disconnect()
+    page = f"{base}/#/destination/{encoded('/queue/big')}"
+    browse = 'section[data-title="Messages waiting"]'
+
+    # a viewer pages, filters with a selector and opens one message; it copies nothing
+    _log_in(browser, base, "eye")
+    _open(browser, page, "destination")
+    fates = 'section[data-title^="What became of its messages"]'
+    _until(browser, lambda b: _text(b, f'{fates} .figure[data-path="received"] .value') == "61")
+    assert _text(browser, f'{fates} .figure[data-path="messages"] .value') == "61"
+    assert _text(browser, f'{fates} .figure[data-path="acknowledged"] .value') == "0"
+    assert _texts(browser, f'{fates} .figure[data-path="publish_rate"] .label') == ["Publish rate"]
+    _until(browser, lambda b: _waiting_bodies(b)[:1] == ["b00"] and len(_waiting_bodies(b)) == 50)
+    assert _text(browser, f"{browse} .range") == "1–50, more follow"
+    _click(browser, f'{browse} button[data-page="next"]')
+    _until(browser, lambda b: _waiting_bodies(b)[:10] == [f"b{i}" for i in range(50, 60)])
+    assert len(_waiting_bodies(browser)) == 11
+    assert _text(browser, f"{browse} .range") == "51–61, the last"
+    assert set(_texts(browser, f"{browse} td button[data-action]")) == {"View"}
+    _type(browser, f"{browse} input.table-filter", "color = 'red' AND n < 40\n")
+    _until(browser, lambda b: _waiting_bodies(b) == ["b00", "b10", "b20", "b30"])
+    shoot("browse-selector")
+    _click(browser, f'{browse} tbody tr:first-child button[data-action="View"]')
+    _until(browser, lambda b: _text(b, "#message-body") == "b00")
+    assert "color\tred" in _text(browser, "#message-headers")
+    shoot("message")
+    _click(browser, '.dialog button[data-action="close"]')
+    _until(browser, lambda b: not _texts(b, ".dialog"))
+
+    # the Connections page counts the MESSAGE frames a client got, with its rates
+    reader, heard = connect(server.port)
+    reader.subscribe("/queue/few", id="1")
+    fill(server.port, "/queue/few", ["one", "two"])
+    heard.wait_for_messages(2)
+    _open(browser, f"{base}/#/connections", "connections")
+    headings = _texts(browser, 'section[data-title="Connections"] th')
+    assert {"Messages sent", "Publish", "Deliver", "Ack"} <= set(headings)
+    sent = headings.index("Messages sent") + 1
+    _until(browser, lambda b: "2" in _column(b, "Connections", sent))
+    reader.disconnect()
+
+    # an operator copies one, choosing where by searching
+    _log_in(browser, base, "ops")
+    _open(browser, page, "destination")
+    _until(browser, lambda b: _waiting_bodies(b)[:1] == ["b00"])
+    _click(browser, f'{browse} tbody tr:first-child button[data-action="Copy"]')
+    _type(browser, "#choose-filter", "/queue/copies")
+    _click(browser, '.choice[data-destination="/queue/copies"]')
+    _click(browser, '.dialog button[data-action="confirm"]')
+    _until(browser, lambda b: "Copy:" in _text(b, "#flash"))
+    assert 'to "/queue/copies"' in _text(browser, "#flash")
+    _open(browser, f"{base}/#/destination/{encoded('/queue/copies')}", "destination")
+    _until(browser, lambda b: _waiting_bodies(b) == ["b00"])
+    _open(browser, page, "destination")
+    _until(browser, lambda b: _waiting_bodies(b)[:1] == ["b00"])  # the original stays
+
+    # an admin opens the binary one: its hex and size
+    _log_in(browser, base, "boss")
+    _open(browser, page, "destination")
+    _click(browser, f'{browse} button[data-page="next"]')
+    _until(browser, lambda b: len(_waiting_bodies(b)) == 11)
+    assert "Copy" in _texts(browser, f"{browse} tbody tr:last-child button[data-action]")
+    _click(browser, f'{browse} tbody tr:last-child button[data-action="View"]')
+    _until(browser, lambda b: _text(b, "#message-body") == "000102ff")
+    assert "4 bytes, as hex" in _text(browser, ".dialog.message")
+    shoot("binary")
