@@ -39,6 +39,7 @@ class DurableView:
     backlog_more: bool  # the count stopped at Admin.countlimit
     connected: bool
     session: str | None  # its subscriber's session, while connected
+    last_seen: int | None  # when its subscriber left (epoch ms; None: not since the start)
 
     def json(self) -> dict[str, object]:
         return {
@@ -52,6 +53,7 @@ class DurableView:
             "backlog_more": self.backlog_more,
             "connected": self.connected,
             "session": self.session,
+            "last_seen": self.last_seen,
         }
 
 
@@ -105,6 +107,7 @@ class DurableSubscriptions:
                     more,
                     key in persistence.active,
                     session,
+                    persistence.last_seen.get(key),
                 )
             )
             next_one()

@@ -279,6 +279,8 @@ def test_an_operator_moves_by_searching_shuts_down_resumes_and_removes_a_subscri
     _until(browser, lambda b: sorted(_column(b, durable, 1)) == ["desk", "shop"])
     rows = {r[0]: r for r in zip(*(_column(browser, durable, n) for n in (1, 4, 6)), strict=True)}
     assert rows["shop"][1:] == ("2", "no") and rows["desk"][2] == "yes"
+    seen = dict(zip(_column(browser, durable, 1), _column(browser, durable, 9), strict=True))
+    assert seen["desk"] == "—" and seen["shop"].startswith("20"), seen  # a time, when it left
     removable = _texts(browser, f'section[data-title="{durable}"] button[data-action="Remove"]')
     assert removable == ["Remove"], "a connected subscription shows no Remove"
     shoot("durable")

@@ -215,6 +215,7 @@ def test_a_topics_durable_subscriptions_with_their_backlog_and_their_removal(con
             headers["selector"] = selector
         keeper.subscribe("/topic/prices", id=name, headers=headers)
     assert kept.wait_until(lambda: {"all", "red"} <= set(kept.receipts))
+    before = int(time.time() * 1000)
     keeper.disconnect()
     listener, heard = connect(server.port, **{"client-id": "desk"})
     listener.subscribe(
@@ -232,6 +233,8 @@ def test_a_topics_durable_subscriptions_with_their_backlog_and_their_removal(con
     assert listed["shop/red"]["selector"] == "color = 'red'"
     assert listed["shop/all"]["connected"] is False and listed["desk/live"]["connected"] is True
     assert listed["desk/live"]["session"]
+    assert listed["desk/live"]["last_seen"] is None, "connected: not left since the start"
+    assert before <= listed["shop/all"]["last_seen"] <= int(time.time() * 1000)
     assert listed["shop/all"]["backlog_more"] is False
     busy = api.request("DELETE", f"{path}?client_id=desk&subscription=live")
     assert busy.status == 409 and "is connected" in busy.error
