@@ -133,6 +133,13 @@ def test_a_copy_goes_to_another_destination_and_the_original_stays(start_server,
     assert got[0].headers["color"] == "red" and got[1].headers["persistent"] == "true"
     assert until(lambda: server.store.count("/queue/copies")[0] == 0), "the stored one acked"
     consumer.disconnect()
+
+    def story() -> list[tuple[str, str]]:
+        path = f"/api/messages/{encoded(deep['message_id'])}/story"
+        return [(r["event"], r["destination"]) for r in api.get(path)["records"]]
+
+    assert until(lambda: ("consumed", "/queue/copies") in story()), story()
+    assert story()[:2] == [("received", name), ("stored", name)], "the original's life first"
     base = f"{_messages(name)}/{encoded(memory['message_id'])}/copy"
     api.ok("POST", f"/api/destinations/{encoded('/queue/closed')}/shutdown")
     refused = api.request("POST", base, {"to": "/queue/closed"})
