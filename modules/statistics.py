@@ -78,6 +78,23 @@ SERVER = (
         "messages delivered",
         "msg/s",
     ),
+    *(
+        Statistic(f"wiremq_messages_{fate}_total", COUNTER, text, at("totals", fate))
+        for fate, text in (
+            ("acknowledged", "Messages (a topic's: deliveries) acknowledged or consumed"),
+            ("redelivered", "Deliveries that came back to be delivered again"),
+            ("expired", "Messages expired"),
+            (
+                "dead_lettered",
+                "Messages moved to a dead message queue (NACKed, or redelivered too often)",
+            ),
+            (
+                "discarded",
+                "Messages discarded (an operator's purge or delete, nobody to take them)",
+            ),
+            ("moved", "Messages an operator moved to another destination"),
+        )
+    ),
     Statistic(
         "wiremq_messages",
         GAUGE,

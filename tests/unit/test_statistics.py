@@ -16,6 +16,7 @@ def _state() -> dict:
         "stored_bytes": 0,
         "received": 7,
         "delivered": 4,
+        "acknowledged": 2,
         "consumers": 1,
         "producers": 1,
         "shutdown": False,
@@ -24,8 +25,16 @@ def _state() -> dict:
     return {
         "queues": [queue],
         "topics": [],
+        "clients": [],
         "watermarks": [watermark],
-        "totals": {"received": 7, "delivered": 4, "connections": 2, "queues": 1, "topics": 0},
+        "totals": {
+            "received": 7,
+            "delivered": 4,
+            "acknowledged": 2,
+            "connections": 2,
+            "queues": 1,
+            "topics": 0,
+        },
         "memory": {"rss_bytes": 1000},
         "transactions": {"bytes": 0, "open": 0, "messages": 0},
         "server": {"uptime": 1.5},
@@ -47,6 +56,7 @@ def test_every_charted_series_is_an_exported_metric_of_the_same_reading():
     destination = history.json(destination="/queue/a")["series"]
     assert set(destination) == {s.chart for s in DESTINATION if s.chart is not None}
     assert "wiremq_messages 3\n" in exported, "the server's depth is exported and charted"
+    assert "wiremq_messages_acknowledged_total 2\n" in exported, "what became of them too"
 
 
 def test_names_are_unique_and_counters_say_total():
