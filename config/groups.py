@@ -221,6 +221,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    declared: bool
     journal: bool
     maxredeliveries: int
     redeliverydelay: int
@@ -316,6 +317,7 @@ class AdminSettings(SettingsGroup):
     history: float
     chartdestinations: int
     browsebytes: int
+    countlimit: int
     maxrequestbytes: int
 
 
