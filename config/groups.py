@@ -305,6 +305,7 @@ class AdminSettings(SettingsGroup):
     history: float
     chartdestinations: int
     browsebytes: int
+    messagebytes: int
     countlimit: int
     maxrequestbytes: int
 
