@@ -317,6 +317,7 @@ class AdminSettings(SettingsGroup):
     history: float
     chartdestinations: int
     browsebytes: int
+    messagebytes: int
     countlimit: int
     maxrequestbytes: int
 
