@@ -93,6 +93,8 @@ class ClientBounds(SettingsGroup):
     connecttimeout: float
     maxconnectsize: int
     maxunfinishedbytes: int
+    discardbytes: int
+    discardtime: float
     maxsubscriptions: int
     maxtransactions: int
 

@@ -200,6 +200,29 @@ PARAMETERS += [
     ),
     Parameter(
         "StompListener",
+        "discardbytes",
+        int,
+        256 * MIB,
+        "Bytes still read (and thrown away) of a frame refused for its size before the "
+        "connection closes, so that a client that is writing it finishes and reads the "
+        "ERROR; a frame with more left is cut off (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardtime",
+        float,
+        10.0,
+        "Longest time the rest of a frame refused for its size is read (and thrown away) "
+        "before the connection closes",
+        unit="s",
+        minimum=0.1,
+        maximum=600.0,
+    ),
+    Parameter(
+        "StompListener",
         "maxsubscriptions",
         int,
         10000,

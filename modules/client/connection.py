@@ -35,7 +35,7 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.memory.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline.chain import Batch
-from wiremq.modules.runtime import Runtime
+from wiremq.modules.runtime import Runtime, Timer
 from wiremq.modules.stomp.events import (
     Abort,
     Acknowledge,
@@ -123,6 +123,9 @@ class ClientConnection:
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
         self._checked = -1  # the pending frame MemWatch checked (by the decoder's count)
+        # The rest of a frame refused for its size is being read and thrown away before the
+        # connection closes (``_close``); until when, at the latest.
+        self._discarding: Timer | None = None
         services.clients.add(self)
         services.addresses[self.address] += 1
 
@@ -131,6 +134,10 @@ class ClientConnection:
     def data_received(self, data: bytes, now: float) -> None:
         """Act on everything the bytes complete, in order."""
         events = self.session.receive_data(data, now)
+        if self._discarding is not None:
+            if not self._refused_frame_left():
+                self._discarded()
+            return
         if self._held is not None:
             self._held.extend(events)
         else:
@@ -280,9 +287,11 @@ class ClientConnection:
         self.drop(refusal)
 
     def pause(self) -> None:
-        """Flow control stops reading the client: its silence meanwhile is not its own."""
+        """Flow control stops reading the client: its silence meanwhile is not its own.
+        (Not while the rest of a refused frame is read: it is thrown away.)"""
         self.session.reading_stopped(True, self.services.runtime.monotonic())
-        self.reader.pause()
+        if self._discarding is None:
+            self.reader.pause()
 
     def resume(self) -> None:
         self.session.reading_stopped(False, self.services.runtime.monotonic())
@@ -311,17 +320,48 @@ class ClientConnection:
         self.core_session.progress.when_idle(lambda: self._close(self.session.send(error)))
 
     def _close(self, last_frame: bytes = b"") -> None:
-        """Close once queued frames, then ``last_frame``, are written."""
-        if not self.egress.close_requested:
-            self.session.reading = False
-            self.core_session.close()
-            self.egress.close_after_flush(last_frame)
+        """Close once queued frames, then ``last_frame``, are written. After a frame refused
+        for its size, ``last_frame`` (its ERROR) is written at once, and the connection
+        closes only once the rest of that frame is read and thrown away (within
+        ``discardbytes`` and ``discardtime``): closed with unread bytes, the socket would
+        be reset, the client's write of the frame would fail and the ERROR be lost."""
+        if self.egress.close_requested or self._discarding is not None:
+            return
+        self.session.reading = False
+        self.core_session.close()
+        if self._refused_frame_left():
+            self.egress.push(last_frame)
+            self._discarding = self.services.runtime.call_later(
+                self.services.bounds.discardtime, self._discarded
+            )
+            self.reader.resume()  # whatever stopped it: what comes now is thrown away
+            return
+        self.egress.close_after_flush(last_frame)
+
+    def _refused_frame_left(self) -> bool:
+        """Whether bytes of a frame refused for its size are still to come, within the
+        bound on what is read of it."""
+        decoder = self.session.decoder
+        return bool(decoder.refused_rest) and (
+            decoder.discarded < self.services.bounds.discardbytes
+        )
+
+    def _discarded(self) -> None:
+        """The rest of the refused frame was read (or the time or bytes for it are up):
+        close once the ERROR is written."""
+        timer, self._discarding = self._discarding, None
+        if timer is not None:
+            timer.cancel()
+            self.egress.close_after_flush()
 
     def connection_lost(self) -> None:
         """The socket closed: end everything this client had."""
         self.session.closed = True
         self.session.reading = False
         self._connect_deadline.cancel()
+        if self._discarding is not None:
+            self._discarding.cancel()
+            self._discarding = None
         self.core_session.connection_lost()
         services = self.services
         reading = self.core_session.reading

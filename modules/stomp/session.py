@@ -111,8 +111,10 @@ class StompSession:
     # -- input -------------------------------------------------------------------------
 
     def receive_data(self, data: bytes, now: float) -> list[Request]:
-        """The requests the bytes complete, in order; a ``BadInput`` ends the list."""
+        """The requests the bytes complete, in order; a ``BadInput`` ends the list. Once
+        nothing more is read, the bytes are thrown away (``FrameDecoder.discard``)."""
         if not self.reading:
+            self.decoder.discard(data)
             return []
         self.last_received = now
         events: list[Request] = []
