@@ -32,6 +32,7 @@ class ServerSettings(SettingsGroup):
     logformat: str
     packinterval: float
     recentevents: int
+    reservedfiledescriptors: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class ClientBounds(SettingsGroup):
 
     maxconnections: int
     maxconnectionsperaddress: int
+    maxpendingconnections: int
     connecttimeout: float
     maxconnectsize: int
     maxunfinishedbytes: int
@@ -300,6 +302,7 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    maxconnections: int
     tls: bool
     sessiontimeout: float
     sampleinterval: float

@@ -36,6 +36,18 @@ PARAMETERS = [
     ),
     Parameter(
         "Server",
+        "reservedfiledescriptors",
+        int,
+        64,
+        "File descriptors kept for the stores, the write-ahead log and the journal (new "
+        "log segments, journal files, packs): the listeners never take them, so that a "
+        "connection storm cannot make a persistent SEND fail",
+        unit="descriptors",
+        minimum=8,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Server",
         "recentevents",
         int,
         1000,
@@ -160,6 +172,18 @@ PARAMETERS += [
         1000,
         "Connections open at once from one client address; a CONNECT past it gets an "
         "ERROR and the connection closes",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
+        "maxpendingconnections",
+        int,
+        1000,
+        "Sockets the STOMP and WebSocket listeners keep open at once beyond maxconnections "
+        "(not yet CONNECTed, or being refused); with them all open the listeners accept no "
+        "more until one closes, so that the stores keep their file descriptors",
         unit="connections",
         minimum=1,
         maximum=1_000_000,
@@ -1115,6 +1139,17 @@ PARAMETERS += [
         "TCP port of the admin console and JSON API (0: no console)",
         minimum=0,
         maximum=65535,
+    ),
+    Parameter(
+        "Admin",
+        "maxconnections",
+        int,
+        64,
+        "Connections the console keeps open at once; with them all open it accepts no more "
+        "until one closes",
+        unit="connections",
+        minimum=1,
+        maximum=100_000,
     ),
     Parameter(
         "Admin",

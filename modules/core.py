@@ -8,7 +8,6 @@ them all.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.client.connection import ClientConnection, ConnectionServices
+from wiremq.modules.client.connection import Admissions, ClientConnection, ConnectionServices
 from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
@@ -183,7 +182,7 @@ class Core:
             runtime,
             self.ids,
             self.clients,
-            Counter(),
+            Admissions(),
             self.unfinished,
             bounds,
             self.memwatch,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import structlog
@@ -74,6 +74,18 @@ Failure: TypeAlias = ProtocolError | Refused
 
 
 @dataclass
+class Admissions:
+    """The connections whose CONNECT was taken (its login accepted or being checked), in
+    all and per client address: what ``maxconnections`` and ``maxconnectionsperaddress``
+    bound. A socket that has not sent CONNECT does not count: it may never, and counted,
+    it made the CONNECTs of others fail while it was open (``connecttimeout`` and the
+    descriptors the listeners may use bound those)."""
+
+    total: int = 0
+    per_address: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
 class ConnectionServices:
     """What a client connection uses of the rest of the server."""
 
@@ -81,7 +93,7 @@ class ConnectionServices:
     runtime: Runtime
     ids: Ids
     clients: set[ClientConnection]
-    addresses: Counter[str]  # connections open per client address
+    admitted: Admissions
     unfinished: UnfinishedFrames
     bounds: ClientBounds
     memwatch: MemWatch
@@ -126,8 +138,8 @@ class ClientConnection:
         # The rest of a frame refused for its size is being read and thrown away before the
         # connection closes (``_close``); until when, at the latest.
         self._discarding: Timer | None = None
+        self._admitted = False  # counted in ``services.admitted``
         services.clients.add(self)
-        services.addresses[self.address] += 1
 
     # -- input ---------------------------------------------------------------------------
 
@@ -367,11 +379,14 @@ class ClientConnection:
         reading = self.core_session.reading
         services.unfinished.forget(reading)
         services.memwatch.forget(reading)
-        if self in services.clients:
-            services.clients.discard(self)
-            services.addresses[self.address] -= 1
-            if not services.addresses[self.address]:
-                del services.addresses[self.address]
+        services.clients.discard(self)
+        if self._admitted:
+            self._admitted = False
+            admitted = services.admitted
+            admitted.total -= 1
+            admitted.per_address[self.address] -= 1
+            if not admitted.per_address[self.address]:
+                del admitted.per_address[self.address]
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
 
     def drop(self, failure: Failure) -> None:
@@ -401,20 +416,25 @@ class ClientConnection:
         )
 
     def _check_room(self) -> None:
-        """Refuse a client over the limits on connections, in all and from its address."""
+        """Refuse a client over the limits on connections, in all and from its address;
+        else count it (``Admissions``)."""
         services = self.services
         bounds = services.bounds
-        if len(services.clients) > bounds.maxconnections:
+        admitted = services.admitted
+        if admitted.total >= bounds.maxconnections:
             raise Refused(
                 "too many connections",
                 f"the server takes at most {bounds.maxconnections} connections at once",
             )
-        if services.addresses[self.address] > bounds.maxconnectionsperaddress:
+        if admitted.per_address[self.address] >= bounds.maxconnectionsperaddress:
             raise Refused(
                 "too many connections",
                 f"the server takes at most {bounds.maxconnectionsperaddress} connections at "
                 f"once from one address ({self.address})",
             )
+        admitted.total += 1
+        admitted.per_address[self.address] += 1
+        self._admitted = True
 
     def _disconnect(self, event: Disconnect) -> None:
         """Read nothing more; the receipt follows once earlier frames are done."""
