@@ -22,7 +22,7 @@ from wiremq.config.registry import Parameter
 from wiremq.config.settings import DESTINATION_GROUP
 from wiremq.config.tuning import SaveFailed, Tuning, TuningError, UnknownParameter
 from wiremq.config.wizard import MANUAL_EXAMPLE, WizardInputs, allocate, written_values
-from wiremq.modules.destinations.destination import domain_of
+from wiremq.modules.domains import domain_of
 from wiremq.modules.events import EVENTS, EventStream
 from wiremq.modules.history import History
 from wiremq.modules.operations import OperationError, Operations

@@ -48,7 +48,7 @@ from wiremq.modules.operations import Operations
 from wiremq.modules.persistence.store import Persistence
 from wiremq.modules.pipeline.catalog import build_chain, build_memory_levels
 from wiremq.modules.pipeline.chain import ModuleContext, Pipelines
-from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.pipeline.xa import PREPARED_AREA, XAController
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.security.authentication import Authenticator

@@ -8,6 +8,7 @@ short head.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.flow.egress_queues import EgressQueue
@@ -15,8 +16,9 @@ from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tai
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.destination import Destination
+    from wiremq.config.groups import DestinationPolicy
     from wiremq.modules.errors import Refused
+    from wiremq.modules.flow.watermarks import Producer, Watermark
     from wiremq.modules.sender import Sender
 
 # Headers of a SEND that describe the SEND itself, not the message.
@@ -64,6 +66,31 @@ class CommittedUnit(Protocol):
     a storage step sees it: the step hands the message over instead of storing it."""
 
     def arrive(self, message: Message, step: StorageStep, store: bool) -> None: ...
+
+
+class Target(Protocol):
+    """A message's destination as the pipeline reaches it through the message (a queue or
+    a topic: ``destinations/destination.Destination``): admission checks its policy and
+    producers, the spool its quotas and store, distribution hands the message to it.
+    Admission resolves it; nothing below the pipeline needs more of it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def policy(self) -> DestinationPolicy: ...
+    @property
+    def producers(self) -> Container[Producer]: ...
+    @property
+    def fail_when_full(self) -> bool: ...
+    @property
+    def store_watermark(self) -> Watermark | None: ...
+    @property
+    def removed(self) -> bool: ...
+    def add_producer(self, producer: Producer) -> None: ...
+    def enqueue(self, message: Message) -> None: ...
+    def dispatch(self) -> None: ...
 
 
 class Message:
@@ -137,7 +164,7 @@ class Message:
         self.transaction = headers.get("transaction")
         self.sender = sender  # None: the server's own (given back, moved, read back)
         self.waiter = waiter  # told when the pipeline is done with it; None once told
-        self.target: Destination | None = None  # resolved by admission (its destination)
+        self.target: Target | None = None  # resolved by admission (its destination)
         self.size = len(body)
         self.redelivered = False
         self.unit: CommittedUnit | None = None  # the committed transaction it belongs to
@@ -221,7 +248,11 @@ class Message:
 
     @classmethod
     def from_stored(cls, stored: StoredMessage, seq: int) -> Message:
-        """A message read back from a persistent store."""
+        """A message read back from a store, at position ``seq`` of its destination's (0:
+        not there yet, an XA branch's SEND). Its delivery mode is the one it was sent with,
+        from its ``persistent`` header: every message a destination's store keeps is
+        persistent, but a prepared XA branch's record keeps a non-persistent SEND too.
+        Its timestamp is when the server first received it."""
         message = cls(
             stored.message_id,
             stored.destination,
@@ -230,8 +261,6 @@ class Message:
             expires=stored.expires,
             timestamp=stored.timestamp,
         )
-        message.persistent = True
-        message.egress_queue = _G1
         message.store_seq = seq
         return message
 
@@ -267,3 +296,13 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"
+
+
+# Messages travel the pipelines in batches (the SENDs of one read from a socket, say).
+Batch = list[Message]
+
+
+class Stage(Protocol):
+    """Anything a batch of messages can be handed to (a pipeline module, a chain's end)."""
+
+    def handle(self, batch: Batch) -> None: ...

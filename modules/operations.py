@@ -24,10 +24,11 @@ import structlog
 
 from wiremq.modules.client.connection import ClientConnection
 from wiremq.modules.destinations.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
-from wiremq.modules.destinations.destination import Destination, domain_of
+from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.topic import Topic
+from wiremq.modules.domains import domain_of
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.journal.schema import DELETED, PURGED

@@ -28,7 +28,7 @@ from wiremq.modules.client.core_session import Login, Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
 from wiremq.modules.client.subscriptions import AckNaming, SubscribeRequest
-from wiremq.modules.destinations.destination import domain_of, require_domain
+from wiremq.modules.domains import domain_of, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids

@@ -48,7 +48,7 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.persistence.store import Persistence
 from wiremq.modules.pipeline.chain import Batch, Pipelines
-from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.pipeline.xa import XAController
 from wiremq.modules.security.authentication import Authenticator
 from wiremq.modules.security.permissions import Access

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.transaction import Unit
+from wiremq.modules.pipeline.transaction_manager import Unit
 
 Done = Callable[[], None]
 Failed = Callable[[Refused], None]

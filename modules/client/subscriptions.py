@@ -25,18 +25,19 @@ from wiremq.config.groups import DestinationPolicy
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.progress import WorkInProgress
 from wiremq.modules.destinations.browser import BrowserSubscription, QueueBrowser
-from wiremq.modules.destinations.destination import Destination, require_domain
+from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import Subscription
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, is_wildcard
+from wiremq.modules.domains import require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.egress_queues import Policy
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.store import Persistence
-from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.security.permissions import CREATE, READ, Access
 from wiremq.modules.selector import Selector, SelectorError, compile_selector
 from wiremq.modules.sender import TransactionOwner
@@ -170,7 +171,7 @@ class SessionSubscriptions:
         self._by_number[str(self._numbers)] = subscription
         if durable_key is not None:
             assert self.persistence is not None
-            self.persistence.active[durable_key] = subscription
+            self.persistence.active.add(durable_key)
         if isinstance(target, Wildcard):
             target.subscription = subscription
             destinations.add_wildcard(target)
@@ -285,7 +286,7 @@ class SessionSubscriptions:
         del self.by_id[subscription.sub_id]
         del self._by_number[str(subscription.number)]
         if subscription.durable_key is not None and self.persistence is not None:
-            self.persistence.active.pop(subscription.durable_key, None)
+            self.persistence.active.discard(subscription.durable_key)
         unwritten = subscription.end()
         subscription.destination.unsubscribe(subscription, unwritten)
         self._policy_changed(subscription, -1)

@@ -1,7 +1,7 @@
 """One session's standard transactions: the core's side of BEGIN, COMMIT and ABORT.
 
 The transaction manager holds what a transaction's SENDs and ACKs hand it
-(``pipeline/transaction.py``); a COMMIT meets there, whole. This is the
+(``pipeline/transaction_manager.py``); a COMMIT meets there, whole. This is the
 session's side: it begins and aborts its transactions, takes one for COMMIT
 and counts the COMMIT as work in progress until its owner (the session's
 ``WorkInProgress``) is told how it ended. It is the ``TransactionOwner`` the
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from wiremq.modules.client.progress import WorkInProgress
 from wiremq.modules.client.reading import ReadGate
 from wiremq.modules.errors import Refused
-from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.transaction_manager import TransactionManager
 
 Discarded = Callable[[str, Refused], None]
 

@@ -22,11 +22,10 @@ import structlog
 
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
-from wiremq.modules.destinations.destination import domain_of
+from wiremq.modules.domains import domain_of
 from wiremq.modules.journal.recorder import Journal
-from wiremq.modules.message import DELIVERY_COUNT, Message
+from wiremq.modules.message import DELIVERY_COUNT, Batch, Message
 from wiremq.modules.persistence.store import Persistence
-from wiremq.modules.pipeline.chain import Batch
 from wiremq.stores.api import Committed, Position, StoreTransaction
 from wiremq.stores.model import grouped
 from wiremq.stores.records import StoredMessage

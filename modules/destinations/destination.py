@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from wiremq.config.groups import DestinationPolicy, WatermarkLimits
 from wiremq.config.settings import Settings
-from wiremq.modules.errors import Refused
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.chain import P2P, PUBSUB
 from wiremq.modules.runtime import Runtime
-from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, StoreTransaction
+from wiremq.stores.api import StoreTransaction
 
 if TYPE_CHECKING:
     from wiremq.modules.destinations.deadletter import DeadLetters
@@ -32,26 +30,6 @@ if TYPE_CHECKING:
     from wiremq.modules.memory.workpool import WorkPools
     from wiremq.modules.persistence.store import Persistence
     from wiremq.stores.volqueue import VolQueueStore
-
-
-def domain_of(name: str) -> str | None:
-    """The domain a destination name belongs to: /queue/... p2p, /topic/... pubsub."""
-    if name.startswith(QUEUE_PREFIX):
-        return P2P
-    if name.startswith(TOPIC_PREFIX):
-        return PUBSUB
-    return None
-
-
-def require_domain(name: str) -> str:
-    """The domain of a destination name a client uses (to send, to subscribe); a name of
-    neither domain is refused, here and nowhere else."""
-    domain = domain_of(name)
-    if domain is None:
-        raise Refused(
-            "unknown destination", f"{name[:200]!r} is neither /queue/NAME nor /topic/NAME"
-        )
-    return domain
 
 
 @dataclass

@@ -21,8 +21,8 @@ lost, nothing is delivered twice.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Container
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -36,10 +36,20 @@ from wiremq.stores.durable import SubscriptionInfo
 
 if TYPE_CHECKING:
     from wiremq.modules.destinations.expiry import Expiry
-    from wiremq.modules.destinations.topic import Topic
     from wiremq.modules.persistence.store import Persistence
 
 log = structlog.get_logger("wiremq.durable")
+
+
+class Replayed(Protocol):
+    """A topic, as the replays of its durable subscribers read it: its name (what the
+    store keeps its messages under) and its consumers (a replay starts only for one
+    still subscribed)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def consumers(self) -> Container[Subscription]: ...
 
 
 class ReplayManager:
@@ -57,7 +67,7 @@ class ReplayManager:
         self.persistence: Persistence | None = None
         self.expiry: Expiry | None = None
         self.active: set[Subscription] = set()
-        self.waiting: deque[tuple[Topic, Subscription]] = deque()
+        self.waiting: deque[tuple[Replayed, Subscription]] = deque()
         self.reading_bytes = 0  # replay reads in progress, all subscribers
         self._positions: dict[Subscription, int] = {}  # replay position per subscriber
         self._pending: dict[Subscription, deque[Message]] = {}  # read, not yet handed over
@@ -71,7 +81,7 @@ class ReplayManager:
         self.persistence = persistence
         self.expiry = expiry
 
-    def start(self, topic: Topic, subscription: Subscription, info: SubscriptionInfo) -> None:
+    def start(self, topic: Replayed, subscription: Subscription, info: SubscriptionInfo) -> None:
         """The subscription is registered in the store: replay what it missed."""
         if subscription not in topic.consumers:
             return
@@ -111,7 +121,7 @@ class ReplayManager:
             subscription.deliver(pending.popleft())
         return not pending
 
-    def _step(self, topic: Topic, subscription: Subscription) -> None:
+    def _step(self, topic: Replayed, subscription: Subscription) -> None:
         if subscription not in self._positions:
             self._finish(subscription)
             return
@@ -139,7 +149,7 @@ class ReplayManager:
         self.runtime.call_later(self.settings.replaysleep / 1000, step)
 
     def _replayed(
-        self, topic: Topic, subscription: Subscription, batch: Batch, amount: int
+        self, topic: Replayed, subscription: Subscription, batch: Batch, amount: int
     ) -> None:
         self.reading_bytes -= amount
         if subscription not in self._positions:
@@ -160,7 +170,7 @@ class ReplayManager:
         else:
             self._later(lambda: self._step(topic, subscription))
 
-    def _go_live(self, topic: Topic, subscription: Subscription) -> None:
+    def _go_live(self, topic: Replayed, subscription: Subscription) -> None:
         """The store has nothing more: hand over the rest as the window allows, then go live."""
         if subscription not in self._positions:
             self._finish(subscription)

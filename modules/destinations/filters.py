@@ -18,18 +18,19 @@ message, not a hundred evaluations.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.selector import Selector
 from wiremq.modules.selector.values import number
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.subscription import Subscription
     from wiremq.modules.message import Message
 
+Consumer = TypeVar("Consumer")  # a queue's subscription (a filter only lists them)
 
-class Filter:
+
+class Filter(Generic[Consumer]):
     """The consumers of one queue with one selector (None: everything)."""
 
     __slots__ = ("selector", "match", "consumers", "pending", "store_after", "store_seen", "served")
@@ -37,7 +38,7 @@ class Filter:
     def __init__(self, selector: Selector | None, pending: Levels) -> None:
         self.selector = selector
         self.match = None if selector is None else selector.match
-        self.consumers: OrderedDict[Subscription, None] = OrderedDict()  # in round-robin order
+        self.consumers: OrderedDict[Consumer, None] = OrderedDict()  # in round-robin order
         self.pending = pending  # the waiting messages it matches, in delivery order
         self.store_after = 0  # a queue's stored messages up to this one were tested
         self.store_seen = -1  # all of them were, when the queue had left this many there

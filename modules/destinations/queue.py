@@ -48,9 +48,9 @@ from wiremq.modules.destinations.queue_redelivery import Redelivery
 from wiremq.modules.destinations.queue_selective import SelectiveDispatch
 from wiremq.modules.destinations.queue_sweeps import QueueSweeps
 from wiremq.modules.destinations.subscription import Subscription
+from wiremq.modules.domains import P2P
 from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.message import GROUP, PRIORITY, Message
-from wiremq.modules.pipeline.chain import P2P
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
 

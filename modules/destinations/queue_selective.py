@@ -48,8 +48,8 @@ class SelectiveDispatch:
         self.groups = groups
         self.counts = counts
         self.runtime = runtime
-        self.everyone = Filter(None, main)  # the consumers without a selector
-        self.filters: dict[str, Filter] = {}  # the others, by selector text
+        self.everyone: Filter[Subscription] = Filter(None, main)  # the consumers without a selector
+        self.filters: dict[str, Filter[Subscription]] = {}  # the others, by selector text
         self.matcher = Matcher()
         self.exclusive: list[Subscription] = []  # exclusive consumers, the first one active
         self.unrouted: list[Message] = []  # arrived since the last dispatch
@@ -85,7 +85,7 @@ class SelectiveDispatch:
         """The highest priority waiting in memory (-1: none)."""
         return max([self.main.best(), *(m.level for m in self.unrouted)])
 
-    def hungry(self) -> list[Filter]:
+    def hungry(self) -> list[Filter[Subscription]]:
         """The filters with a ready consumer and nothing waiting for them in memory."""
         return [
             f
@@ -108,12 +108,12 @@ class SelectiveDispatch:
         if subscription.exclusive:
             self.exclusive.append(subscription)
 
-    def _new_filter(self, subscription: Subscription, store_after: int) -> Filter:
+    def _new_filter(self, subscription: Subscription, store_after: int) -> Filter[Subscription]:
         """The first consumer with its selector: the waiting messages it selects are listed
         for it (the only time they are all looked at for it)."""
         selector = subscription.selector
         assert selector is not None
-        filter_ = Filter(selector, Levels(home=False))
+        filter_: Filter[Subscription] = Filter(selector, Levels(home=False))
         for message in self.main:
             if filter_.accepts(message):
                 filter_.pending.append(message)
@@ -181,7 +181,9 @@ class SelectiveDispatch:
         """Whether the consumer gets messages now (another one is not exclusive)."""
         return not self.exclusive or self.exclusive[0] is consumer
 
-    def _ready_for(self, message: Message, matching: list[Filter]) -> Subscription | None:
+    def _ready_for(
+        self, message: Message, matching: list[Filter[Subscription]]
+    ) -> Subscription | None:
         """A consumer that selects ``message``, has nothing older waiting for it, and can
         take it now; round-robin within a filter, the least recently served filter first."""
         if self.exclusive:

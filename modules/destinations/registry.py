@@ -11,18 +11,14 @@ from wiremq.config.groups import (
     IdleDestinationSettings,
     LiveBufferSettings,
 )
-from wiremq.modules.destinations.destination import (
-    Destination,
-    DestinationServices,
-    require_domain,
-)
+from wiremq.modules.destinations.destination import Destination, DestinationServices
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, matches
+from wiremq.modules.domains import P2P, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.journal.schema import VOLQUEUE
-from wiremq.modules.pipeline.chain import P2P
 
 log = structlog.get_logger("wiremq.destinations")
 

@@ -20,11 +20,51 @@ from wiremq.modules.selector import Selector
 from wiremq.modules.stomp.encoder import GROUP_FIRST_LINE, ack_line, ack_suffix, subscription_head
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.destinations.filters import Filter
+    from wiremq.modules.journal.recorder import Journal
+    from wiremq.modules.memory.workpool import WorkPools
+    from wiremq.modules.persistence.store import Persistence
+    from wiremq.stores.api import StoreTransaction
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
+
+
+class SubscriptionServices(Protocol):
+    """What a subscription uses of the server, reached through its destination's services
+    (``destination.DestinationServices``)."""
+
+    @property
+    def unacked(self) -> UnackedLimit: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def pools(self) -> WorkPools: ...
+    @property
+    def persistence(self) -> Persistence | None: ...
+
+
+class Source(Protocol):
+    """What a subscription consumes from (a queue or a topic: ``destination.Destination``;
+    a wildcard subscription's ``Wildcard``), as the subscription and those that end it or
+    acknowledge through it see it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def domain(self) -> str: ...
+    @property
+    def services(self) -> SubscriptionServices: ...
+    def consumer_ready(self) -> None: ...
+    def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
+        """What the store must change for ``messages`` the subscription acknowledged."""
+
+    def rejected(
+        self, subscription: Subscription, messages: list[Message], requeue: bool
+    ) -> StoreTransaction:
+        """What the store must change for ``messages`` the subscription NACKed."""
+
+    def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None: ...
 
 
 class SlowSubscriberDrop(Protocol):
@@ -43,7 +83,7 @@ class UnackedLimit:
         self.limit = limit
         self.count = 0
         self.runtime = runtime
-        self._waiters: set[Destination] = set()
+        self._waiters: set[Source] = set()
 
     def reached(self, subscription: Subscription) -> bool:
         if self.limit < 0 or self.count < self.limit:
@@ -112,7 +152,7 @@ class Subscription:
         self,
         sub_id: str,
         number: int,
-        destination: Destination,
+        destination: Source,
         ack_mode: str,
         egress: Egress,
         stomp_version: str,
@@ -163,7 +203,7 @@ class Subscription:
         self.selector = selector  # its JMS message selector, compiled
         self.accepts = None if selector is None else selector.match  # None: everything
         self.exclusive = exclusive  # activemq.exclusive: the only consumer while it lives
-        self.filter: Filter | None = None  # its queue's consumers with its selector
+        self.filter: Filter[Subscription] | None = None  # its queue's consumers with its selector
 
     # -- readiness -------------------------------------------------------------------------
 

@@ -20,10 +20,10 @@ from wiremq.modules.destinations.destination import (
     count_into,
 )
 from wiremq.modules.destinations.subscription import DISCARDABLE, Subscription
+from wiremq.modules.domains import PUBSUB
 from wiremq.modules.flow.watermarks import Watermark
 from wiremq.modules.journal.schema import NO_SUBSCRIBERS, SLOW_SUBSCRIBER, SUBSCRIBER_LEFT
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.chain import PUBSUB
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.durable import SubscriptionInfo
 

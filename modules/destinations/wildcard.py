@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wiremq.modules.destinations.destination import NOTHING, Destination, domain_of
+from wiremq.modules.destinations.destination import NOTHING, Destination
+from wiremq.modules.domains import domain_of
 from wiremq.modules.message import Message
 from wiremq.modules.security.permissions import READ, Access
 from wiremq.stores.api import StoreTransaction
@@ -59,7 +60,7 @@ class Member:
         self.destination = destination
         self.cursor = 0
         self.policy = parent.policy
-        self.filter: Filter | None = None
+        self.filter: Filter[Subscription] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.parent, name)

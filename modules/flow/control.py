@@ -15,10 +15,8 @@ from collections.abc import Callable, Iterable
 
 from wiremq.config.groups import WatermarkLimits
 from wiremq.config.settings import Settings
+from wiremq.modules.domains import P2P, PUBSUB
 from wiremq.modules.flow.watermarks import Producer, Watermark
-
-P2P = "p2p"
-PUBSUB = "pubsub"
 
 
 class FlowControl:

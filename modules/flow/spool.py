@@ -20,17 +20,15 @@ import structlog
 
 from wiremq.config.groups import SpoolSettings
 from wiremq.config.settings import Settings
+from wiremq.modules.domains import P2P, PUBSUB
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.threshold import Threshold, Transition, percent_threshold
-from wiremq.modules.message import Message
+from wiremq.modules.message import Message, Target
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.destinations.registry import Destinations
 
-P2P = "p2p"
-PUBSUB = "pubsub"
 PREFIXES = {P2P: QUEUE_PREFIX, PUBSUB: TOPIC_PREFIX}
 
 log = structlog.get_logger("wiremq.spool")
@@ -103,7 +101,7 @@ class Spool:
         self.spool_limit = self.settings.maxspoolusage
         self._usage: dict[str, tuple[Threshold, int]] = {}  # scope -> (threshold, its quota)
 
-    def check(self, message: Message, target: Destination) -> str | None:
+    def check(self, message: Message, target: Target) -> str | None:
         """The reason ``message`` cannot be spooled, or None if it can."""
         reason = self._reason(message, target)
         if reason is not None:
@@ -123,7 +121,7 @@ class Spool:
         assert store is not None
         return store.totals(QUEUE_PREFIX)[1] + store.totals(TOPIC_PREFIX)[1]
 
-    def _reason(self, message: Message, target: Destination) -> str | None:
+    def _reason(self, message: Message, target: Target) -> str | None:
         store = self.store
         assert store is not None
         policy = target.policy
@@ -168,7 +166,7 @@ class Spool:
         for message in messages:
             self.pending.remove(message)
 
-    def accepted_into_store(self, target: Destination, message: Message) -> None:
+    def accepted_into_store(self, target: Target, message: Message) -> None:
         """A persistent message is on its way into the store: it counts in its store
         watermarks now, so that producers are stopped while commits lag behind reading."""
         size = message.stored_size
@@ -176,7 +174,7 @@ class Spool:
             target.store_watermark.add(1, size)
         self.flow.stores[target.domain].add(1, size)
 
-    def _full(self, target: Destination) -> bool:
+    def _full(self, target: Target) -> bool:
         own = target.store_watermark
         return (own is not None and own.tripped) or self.flow.stores[target.domain].tripped
 

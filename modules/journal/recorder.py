@@ -26,11 +26,11 @@ or losing records.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -57,12 +57,38 @@ from wiremq.stores.api import QUEUE_PREFIX, Committed, Position, StoreTransactio
 from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.subscription import Subscription
     from wiremq.modules.flow.control import FlowControl
     from wiremq.modules.message import Message
     from wiremq.stores.durable import SubscriptionKey
 
 log = structlog.get_logger("wiremq.journal")
+
+
+class NamedDestination(Protocol):
+    """A subscription's destination, as the journal names it."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class JournaledSubscription(Protocol):
+    """A subscription (``destinations/subscription.Subscription``) as the journal records
+    it: the fields its records name (``encoding.subscription_at``), whether it acknowledges
+    (``unacked`` None: auto mode), whether it is durable, and its destination's name."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def sub_id(self) -> str: ...
+    @property
+    def ack_mode(self) -> str: ...
+    @property
+    def unacked(self) -> Mapping[str, Message] | None: ...
+    @property
+    def durable_key(self) -> SubscriptionKey | None: ...
+    @property
+    def destination(self) -> NamedDestination: ...
+
 
 # The kinds of the hooks that run for every message, read once (a global, not an attribute).
 _RECEIVED, _DELIVERED, _REDELIVERED = kinds.RECEIVED, kinds.DELIVERED, kinds.REDELIVERED
@@ -120,34 +146,40 @@ class Journal:
 
     # -- deliveries ------------------------------------------------------------------------
 
-    def delivered(self, subscription: Subscription, message: Message) -> None:
+    def delivered(self, subscription: JournaledSubscription, message: Message) -> None:
         """A message was handed to a subscription in a client ack mode (a redelivery if
         flagged so). An auto-mode delivery is recorded when it is written (``consumed``),
         or when it leaves unwritten (``ended``, ``egress_discarded``)."""
 
-    def consumed(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def consumed(self, subscription: JournaledSubscription, messages: Sequence[Message]) -> None:
         """Auto mode: deliveries were written to the client's socket, which delivers and
         acknowledges them (one record each, where a client mode has two)."""
 
     def acknowledgement(
-        self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
+        self,
+        subscription: JournaledSubscription,
+        messages: Sequence[Message],
+        nack: bool,
+        requeue: bool,
     ) -> None:
         """An ACK (or a NACK, and whether it requeues) took these deliveries."""
 
-    def unacknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def unacknowledged(
+        self, subscription: JournaledSubscription, messages: Sequence[Message]
+    ) -> None:
         """Acknowledgements undone: their transaction failed and the messages went back."""
 
-    def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def ended(self, subscription: JournaledSubscription, messages: Sequence[Message]) -> None:
         """The subscription ended with these deliveries unacknowledged (in auto mode: not
         written): a queue's go back to it; a topic's go back to the store for a durable
         subscriber, else are lost to this subscriber."""
 
     def discarded_for(
-        self, subscription: Subscription, messages: Sequence[Message], reason: str
+        self, subscription: JournaledSubscription, messages: Sequence[Message], reason: str
     ) -> None:
         """Messages were dropped for one subscriber only (never delivered to it)."""
 
-    def egress_discarded(self, subscription: Subscription, message: Message) -> None:
+    def egress_discarded(self, subscription: JournaledSubscription, message: Message) -> None:
         """The client's egress queue dropped a delivery (its discard-oldest policy)."""
 
     def subscription_removed(self, topic: str, key: SubscriptionKey) -> None:
@@ -311,13 +343,13 @@ class RecordingJournal(Journal):
         for store, group in _by_store(kept).items():
             self._add(kinds.STORED, group, store)
 
-    def delivered(self, subscription: Subscription, message: Message) -> None:
+    def delivered(self, subscription: JournaledSubscription, message: Message) -> None:
         self._add(_REDELIVERED if message.redelivered else _DELIVERED, subscription, message)
 
-    def consumed(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def consumed(self, subscription: JournaledSubscription, messages: Sequence[Message]) -> None:
         self._add(_CONSUMED, subscription, messages)
 
-    def _unwritten(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def _unwritten(self, subscription: JournaledSubscription, messages: Sequence[Message]) -> None:
         """An auto-mode subscription's deliveries leave unwritten: their delivery, not
         recorded when they were handed over, is recorded now."""
         if subscription.unacked is None:
@@ -325,17 +357,23 @@ class RecordingJournal(Journal):
                 self.delivered(subscription, message)
 
     def acknowledgement(
-        self, subscription: Subscription, messages: Sequence[Message], nack: bool, requeue: bool
+        self,
+        subscription: JournaledSubscription,
+        messages: Sequence[Message],
+        nack: bool,
+        requeue: bool,
     ) -> None:
         if nack:
             self._add(kinds.NACKED, subscription, messages, requeue)
         else:
             self._add(kinds.ACKNOWLEDGED, subscription, messages)
 
-    def unacknowledged(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def unacknowledged(
+        self, subscription: JournaledSubscription, messages: Sequence[Message]
+    ) -> None:
         self._add(kinds.UNACKNOWLEDGED, subscription, messages, TRANSACTION_FAILED)
 
-    def ended(self, subscription: Subscription, messages: Sequence[Message]) -> None:
+    def ended(self, subscription: JournaledSubscription, messages: Sequence[Message]) -> None:
         if not messages:
             return
         self._unwritten(subscription, messages)
@@ -351,11 +389,11 @@ class RecordingJournal(Journal):
             self._add(kinds.DISCARDED_FOR, subscription, lost, SUBSCRIBER_LEFT)
 
     def discarded_for(
-        self, subscription: Subscription, messages: Sequence[Message], reason: str
+        self, subscription: JournaledSubscription, messages: Sequence[Message], reason: str
     ) -> None:
         self._add(kinds.DISCARDED_FOR, subscription, messages, reason)
 
-    def egress_discarded(self, subscription: Subscription, message: Message) -> None:
+    def egress_discarded(self, subscription: JournaledSubscription, message: Message) -> None:
         self._unwritten(subscription, (message,))
         self._add(kinds.DISCARDED_FOR, subscription, (message,), EGRESS_DISCARD_OLDEST)
 

@@ -24,15 +24,21 @@ watermarks).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wiremq.config.groups import WorkPoolSettings
-from wiremq.modules.pipeline.chain import P2P
+from wiremq.modules.domains import P2P
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
-    from wiremq.modules.destinations.destination import Destination
     from wiremq.modules.message import Message
+
+
+class Delivering(Protocol):
+    """A destination with large deliveries, as its pool sees it: woken when a slot frees
+    (a consumer it skipped for want of one may be ready now)."""
+
+    def consumer_ready(self) -> None: ...
 
 
 class WorkPool:
@@ -44,13 +50,13 @@ class WorkPool:
         self.iterations = settings.maxprocessoriterations
         self.large = large  # a message above this many bytes is large
         self.runtime = runtime
-        self.active: dict[Destination, int] = {}  # large deliveries in progress, by destination
+        self.active: dict[Delivering, int] = {}  # large deliveries in progress, by destination
         self.in_progress = 0
         self.peak = 0
         self.waits = 0  # times a consumer was not ready for want of a slot
-        self._waiting: set[Destination] = set()
+        self._waiting: set[Delivering] = set()
 
-    def admits(self, destination: Destination) -> bool:
+    def admits(self, destination: Delivering) -> bool:
         """Whether a large delivery of ``destination`` may start now; if not, it is woken
         when one of the pool's deliveries ends."""
         held = self.active.get(destination, 0)
@@ -60,13 +66,13 @@ class WorkPool:
         self._waiting.add(destination)
         return False
 
-    def take(self, destination: Destination) -> None:
+    def take(self, destination: Delivering) -> None:
         self.active[destination] = self.active.get(destination, 0) + 1
         self.in_progress += 1
         if self.in_progress > self.peak:
             self.peak = self.in_progress
 
-    def release(self, destination: Destination, messages: list[Message]) -> None:
+    def release(self, destination: Delivering, messages: list[Message]) -> None:
         """Deliveries of ``destination`` left the egress (written, discarded, taken back):
         the large ones free their slots."""
         count = sum(1 for message in messages if message.size > self.large)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -39,9 +38,6 @@ from wiremq.stores.api import (
 )
 from wiremq.stores.durable import SubscriptionInfo, SubscriptionKey
 from wiremq.stores.errors import StoreError
-
-if TYPE_CHECKING:
-    from wiremq.modules.destinations.subscription import Subscription
 
 log = structlog.get_logger("wiremq.persistence")
 
@@ -192,7 +188,7 @@ class Persistence:
             )
         )
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
-        self.active: dict[SubscriptionKey, Subscription] = {}  # those with a subscriber now
+        self.active: set[SubscriptionKey] = set()  # those with a subscriber now
         # Stored messages durable subscribers acknowledged past their stored position (an
         # older one is still unacknowledged), as the store keeps them (single
         # acknowledgements) and with those not yet committed: their replays skip them.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.expiry import effective_expiry
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message
+from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message, Target
 from wiremq.modules.pipeline.chain import Batch, GivenBack, PipelineModule
 from wiremq.modules.security.permissions import CREATE, WRITE
 from wiremq.modules.sender import Sender
@@ -69,7 +69,7 @@ class AdmissionModule(PipelineModule):
             access.check(CREATE, name)
         return destinations.resolve(name)
 
-    def _admit(self, message: Message, target: Destination) -> None:
+    def _admit(self, message: Message, target: Target) -> None:
         sender = message.sender
         if sender is not None and sender.producer not in target.producers:
             if target.policy.shutdown:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 
 from wiremq.config.settings import Settings
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import Message, MessageWaiter
+from wiremq.modules.message import Batch, Message, MessageWaiter, Stage
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -33,13 +33,7 @@ if TYPE_CHECKING:
     from wiremq.modules.flow.spool import Spool
     from wiremq.modules.journal.recorder import Journal
     from wiremq.modules.persistence.store import Persistence
-    from wiremq.modules.pipeline.transaction import TransactionManager
-
-P2P = "p2p"
-PUBSUB = "pubsub"
-DOMAINS = (P2P, PUBSUB)
-
-Batch = list[Message]
+    from wiremq.modules.pipeline.transaction_manager import TransactionManager
 
 
 class GivenBack(list[Message]):
@@ -49,12 +43,6 @@ class GivenBack(list[Message]):
 
 
 log = structlog.get_logger("wiremq.pipeline")
-
-
-class Stage(Protocol):
-    """Anything a batch of messages can be handed to."""
-
-    def handle(self, batch: Batch) -> None: ...
 
 
 def complete(message: Message) -> None:
@@ -165,10 +153,6 @@ class Chain:
             module.bind(stage)
             stage = module
         self.head: Stage = stage
-
-    def module(self, cls: type[PipelineModule]) -> PipelineModule | None:
-        """The chain's module of this class, if it has one."""
-        return next((m for m in self.modules if isinstance(m, cls)), None)
 
 
 class Pipelines:

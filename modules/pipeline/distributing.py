@@ -9,7 +9,7 @@ transaction) is made again from the message's destination name.
 
 from __future__ import annotations
 
-from wiremq.modules.destinations.destination import Destination
+from wiremq.modules.message import Target
 from wiremq.modules.pipeline.chain import Batch, PipelineModule
 
 
@@ -17,7 +17,7 @@ class DistributingModule(PipelineModule):
     name = "distributing"
 
     def handle(self, batch: Batch) -> None:
-        touched: dict[Destination, None] = {}
+        touched: dict[Target, None] = {}
         for message in batch:
             target = message.target
             assert target is not None

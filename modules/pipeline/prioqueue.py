@@ -11,8 +11,9 @@ removed from the chain in config.xml to cut latency.
 from __future__ import annotations
 
 from wiremq.config.groups import BufferSettings, WatermarkLimits
+from wiremq.modules.domains import P2P
 from wiremq.modules.flow.watermarks import Watermark
-from wiremq.modules.pipeline.chain import P2P, Batch, ModuleContext, PipelineModule
+from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule
 
 
 class PrioQueueModule(PipelineModule):

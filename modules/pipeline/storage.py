@@ -18,10 +18,11 @@ from __future__ import annotations
 import structlog
 
 from wiremq.config.groups import StoreBufferSettings
+from wiremq.modules.domains import P2P
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.groupcommit import GroupCommit
-from wiremq.modules.pipeline.chain import P2P, Batch, ModuleContext, PipelineModule
+from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule
 from wiremq.stores.api import Committed, StoreTransaction
 
 log = structlog.get_logger("wiremq.storage")

@@ -49,12 +49,13 @@ import structlog
 
 from wiremq.config.groups import XASettings
 from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.domains import P2P
 from wiremq.modules.errors import Refused
 from wiremq.modules.journal.schema import TRANSACTION_ABORTED
 from wiremq.modules.memory.txmemory import Candidate
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.chain import P2P, Batch, GivenBack
-from wiremq.modules.pipeline.transaction import (
+from wiremq.modules.pipeline.chain import Batch, GivenBack
+from wiremq.modules.pipeline.transaction_manager import (
     Taken,
     Transaction,
     TransactionManager,
@@ -487,16 +488,8 @@ class XAController:
                     ),
                 )
                 durable_taken = [((c, n), s) for c, n, s in described["durable_taken"]]
-            elif role == "send":
-                original = _original(stored)
-                message = Message(
-                    original.message_id,
-                    original.destination,
-                    dict(original.headers),
-                    original.body,
-                    expires=original.expires,
-                )
-                branch.messages.append(message)
+            elif role == "send":  # not in its destination's store yet: stored at COMMIT
+                branch.messages.append(Message.from_stored(_original(stored), 0))
             else:
                 branch.acked[seq] = stored
         if self.persistence is not None:

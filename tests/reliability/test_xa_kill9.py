@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.clients import connect
+from tests.integration.clients import connect, fill
 from tests.integration.xaclient import XAResource
 from tests.reliability.serverproc import Servers
 
@@ -27,10 +27,12 @@ def _prepare(worker: XAResource, xid: str, taken: str, sent: str) -> None:
     worker.prepare(xid)
 
 
-def _bodies(port: int, queue: str, count: int) -> list[str]:
-    """Every message the queue holds (``count`` expected; a later one would show)."""
+def _bodies(port: int, queue: str, count: int, selector: str | None = None) -> list[str]:
+    """Every message the queue holds that ``selector`` selects (``count`` expected; a later
+    one would show)."""
     consumer, recorder = connect(port)
-    consumer.subscribe(queue, id="d", ack="auto")
+    headers = {} if selector is None else {"selector": selector}
+    consumer.subscribe(queue, id="d", ack="auto", headers=headers)
     recorder.wait_until(lambda: len(recorder.messages) >= count)
     time.sleep(0.5)
     bodies = recorder.bodies()
@@ -74,3 +76,37 @@ def test_prepared_branches_survive_kill_9_and_are_finished_after_the_restart(
     assert XAResource(third.port).recover() == []
     assert _bodies(third.port, "/queue/xa-in", 0) == []
     assert _bodies(third.port, "/queue/xa-out", 0) == []
+
+
+def test_a_prepared_branch_s_sends_come_back_after_the_restart_as_they_were_sent(
+    servers: Servers, tmp_path: Path
+):
+    """A non-persistent SEND of a prepared branch stays non-persistent after a restart, and
+    every SEND keeps the time the server received it; a message stored the ordinary way
+    comes back as before. Seen through selectors on JMSDeliveryMode and JMSTimestamp."""
+    data = tmp_path / "data"
+    server = servers(data, "first")
+    before = int(time.time() * 1000)
+    fill(server.port, "/queue/xa-modes", ["stored"], persistent="true", kind="stored")
+    worker = XAResource(server.port)
+    worker.start("fmt1:modes:bq")
+    worker.send("/queue/xa-modes", "non-persistent", "fmt1:modes:bq", kind="np")
+    worker.send("/queue/xa-modes", "persistent", "fmt1:modes:bq", kind="p", persistent="true")
+    worker.end("fmt1:modes:bq")
+    worker.prepare("fmt1:modes:bq")
+    received = int(time.time() * 1000)
+    server.kill()
+
+    restarted = servers(data, "second")
+    XAResource(restarted.port).commit("fmt1:modes:bq")
+    as_sent = (
+        "(kind = 'np' AND JMSDeliveryMode = 'NON_PERSISTENT'"
+        " OR kind IN ('p', 'stored') AND JMSDeliveryMode = 'PERSISTENT')"
+        f" AND JMSTimestamp BETWEEN {before} AND {received}"
+    )
+    assert sorted(_bodies(restarted.port, "/queue/xa-modes", 3, as_sent)) == [
+        "non-persistent",
+        "persistent",
+        "stored",
+    ]
+    assert _bodies(restarted.port, "/queue/xa-modes", 0) == []  # none was otherwise

@@ -16,7 +16,7 @@ from tests.unit.net import Net
 from wiremq.modules.client.core_session import CoreSession, Login
 from wiremq.modules.client.egress import EVERYTHING, Egress
 from wiremq.modules.client.subscriptions import AckNaming, SubscribeRequest
-from wiremq.modules.destinations.destination import require_domain
+from wiremq.modules.domains import require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
 

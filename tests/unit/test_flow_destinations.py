@@ -9,8 +9,8 @@ import pytest
 
 from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from tests.unit.net import PERSISTENT, Net, Peer, send_frame
+from wiremq.modules.domains import P2P
 from wiremq.modules.flow.egress_queues import EgressQueue, QueueLimits
-from wiremq.modules.pipeline.chain import P2P
 from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
 
@@ -391,9 +391,8 @@ def test_a_full_thread_buffer_stops_its_producers_until_it_has_handed_its_batch_
     consumer.subscribe(destination)
     producer = Peer(net, "producer")
     producer.feed(b"".join(send_frame(destination, f"{i}" * 60) for i in range(5)))  # one read
-    module = net.core.pipelines.chains[net.core.destinations.resolve(destination).domain].module(
-        PrioQueueModule
-    )
+    chain = net.core.pipelines.chains[net.core.destinations.resolve(destination).domain]
+    (module,) = [m for m in chain.modules if isinstance(m, PrioQueueModule)]
     assert module.watermark.trips == 1
     assert producer.reader.calls == ["pause", "resume"]
     assert consumer.bodies() == [f"{i}" * 60 for i in range(5)]

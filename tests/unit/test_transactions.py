@@ -6,7 +6,7 @@ from tests.defaults import BOUNDS, TRANSACTION_MEMORY
 from wiremq.config.groups import TransactionMemorySettings
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
-from wiremq.modules.pipeline.transaction import TransactionManager
+from wiremq.modules.pipeline.transaction_manager import TransactionManager
 
 ALICE, BOB = object(), object()
 
