@@ -26,6 +26,7 @@ from wiremq.modules.domains import domain_of
 from wiremq.modules.events import EVENTS, EventStream
 from wiremq.modules.history import History
 from wiremq.modules.operations import OperationError, Operations
+from wiremq.modules.security.permissions import READ, WRITE
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -201,8 +202,12 @@ class Api:
     # -- destinations ----------------------------------------------------------------------
 
     def destination_list(self, call: Call) -> dict[str, Any]:
+        """The queues and topics the caller may read."""
         state = self.state()
-        return {"queues": state["queues"], "topics": state["topics"]}
+        return {
+            kind: [d for d in state[kind] if call.may(READ, d["name"])]
+            for kind in ("queues", "topics")
+        }
 
     def destination(self, call: Call) -> dict[str, Any]:
         name = call.params["name"]
@@ -309,7 +314,9 @@ class Api:
     def retry_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
         return self._waiting(
-            lambda done, failed: self.operations.retry(name, message_id, done, failed),
+            lambda done, failed: self.operations.retry(
+                name, message_id, lambda to: call.may(WRITE, to), done, failed
+            ),
             lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 

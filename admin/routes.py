@@ -50,6 +50,8 @@ class Call:
     user: str | None  # who asked (None: nobody logged in, the console is open)
     role: str
     csrf: str | None  # the CSRF token of the console login it came with
+    # Whether who asked holds a permission on a destination (an open console: always).
+    may: Callable[[str, str], bool] = lambda permission, destination: True
 
 
 @dataclass(frozen=True, slots=True)

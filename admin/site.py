@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,9 +159,20 @@ class Console(Resource):
             identity.user,
             identity.role,
             identity.session.csrf if identity.session is not None else None,
+            self._permissions(identity),
         )
         return defer.maybeDeferred(route.handler, call).addCallback(
             lambda document: json_reply(200, document)
+        )
+
+    def _permissions(self, identity: Identity) -> Callable[[str, str], bool]:
+        """Whether the caller holds a permission on a destination, as the users file says
+        now; an open console (no users) allows everything."""
+        if identity.user is None:
+            return lambda permission, destination: True
+        user = self.gate.user(identity.user)
+        return lambda permission, destination: (
+            user is not None and permitted(user, permission, destination)
         )
 
     def _check_permissions(
@@ -168,9 +180,9 @@ class Console(Resource):
     ) -> None:
         """Besides the role, a user's permissions on the destination a call names
         (docs/security.md): reading it needs read, acting on it admin, and the destination
-        a message is moved to write. An open console (no users) allows everything."""
-        if identity.user is None:
-            return
+        a message is moved to write (retried to: ``Api.retry_message``). An open console
+        (no users) allows everything."""
+        may = self._permissions(identity)
         needs = []
         if "name" in params:
             needs.append((READ if route.method == "GET" else ADMIN_PERMISSION, params["name"]))
@@ -180,9 +192,8 @@ class Console(Resource):
             and isinstance(body.get("to"), str)
         ):
             needs.append((WRITE, body["to"]))
-        user = self.gate.user(identity.user)
         for permission, destination in needs:
-            if user is None or not permitted(user, permission, destination):
+            if not may(permission, destination):
                 raise HttpError(403, f"permission denied: {permission} {destination[:200]}")
 
     def _identified(self, request: Request, role: str) -> defer.Deferred[Identity]:

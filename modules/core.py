@@ -146,6 +146,7 @@ class Core:
         self.clients: set[ClientConnection] = set()
         self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
         self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
+        self._users_followed = self.users.generation  # the users file the clients follow
         self.memwatch = MemWatch(
             memwatch,
             build_memory_levels(
@@ -203,6 +204,19 @@ class Core:
         self.replays.configure(self.settings)
         if self.store is not None:
             self.spool.store_changed([d.name for d in self.destinations])
+
+    def follow_users(self) -> None:
+        """Read the users file again if it changed; the connected clients' rights then
+        follow it (``ClientConnection.rights_changed``). Without a users file (removed)
+        everyone may do everything, as new connections find."""
+        self.authenticator.refresh()
+        users = self.users
+        if users.generation == self._users_followed:
+            return
+        self._users_followed = users.generation
+        if users.configured:
+            for client in list(self.clients):
+                client.rights_changed()
 
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""

@@ -284,10 +284,16 @@ class Operations:
         )
 
     def retry(
-        self, name: str, message_id: str, done: Callable[[str | None], None], failed: Failed
+        self,
+        name: str,
+        message_id: str,
+        may_write: Callable[[str], bool],
+        done: Callable[[str | None], None],
+        failed: Failed,
     ) -> None:
         """Send a dead message back to the destination it came from (its
-        ``original-destination`` header), without the headers that made it dead."""
+        ``original-destination`` header), without the headers that made it dead;
+        refused (403) where ``may_write`` says the caller may not write."""
 
         def original(views: list[MessageView]) -> None:
             view = next((v for v in views if v.message_id == message_id), None)
@@ -300,6 +306,9 @@ class Operations:
                         400, f"message {message_id!r} has no {ORIGINAL_DESTINATION} header"
                     )
                 )
+                return
+            if not may_write(back):
+                failed(OperationError(403, f"permission denied: write {back[:200]}"))
                 return
             try:
                 self.take(name, message_id, back, done, failed)

@@ -273,7 +273,7 @@ class WiremqServer:
             (live_buffers, "tlbcleanupinterval", destinations.sweep_topic_buffers),
             (idle, "idletimetolive", destinations.sweep_idle),
             (slow, "checkinterval", self.check_slow_subscribers),
-            (security, "usersfilecheckinterval", core.authenticator.refresh),
+            (security, "usersfilecheckinterval", core.follow_users),
         ):
             tasks.append(Periodic(runtime, partial(_period, group, period), action))
         if self.server.packinterval > 0:

@@ -52,6 +52,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    SubscriptionError,
     TransactionError,
     Unsubscribe,
 )
@@ -298,6 +299,28 @@ class ClientConnection:
     def disconnect(self, refusal: Refused) -> None:
         self.drop(refusal)
 
+    def rights_changed(self) -> None:
+        """The users file changed: a client whose user was removed is disconnected with an
+        ERROR; each subscription whose destination it may no longer read ends with an
+        ERROR naming it (``SubscriptionError``), and the connection goes on."""
+        access = self.core_session.access
+        if access is None or self.session.closed or self._failing:
+            return
+        if access.removed:
+            log.info("client.user_removed", session=self.session.session_id, peer=self.peer)
+            self.fail(Refused("user removed", f"{access.who} is no longer in the users file"))
+            return
+        for subscription in self.core_session.subscriptions.review():
+            name, sub_id = subscription.destination.name, subscription.sub_id
+            self._reply(
+                SubscriptionError(
+                    sub_id,
+                    name,
+                    f"permission revoked: read {name}",
+                    f"{access.who} may no longer read {name}: subscription {sub_id!r} ended",
+                )
+            )
+
     def pause(self) -> None:
         """Flow control stops reading the client: its silence meanwhile is not its own.
         (Not while the rest of a refused frame is read: it is thrown away.)"""
@@ -309,7 +332,7 @@ class ClientConnection:
         self.session.reading_stopped(False, self.services.runtime.monotonic())
         self.reader.resume()
 
-    def _reply(self, reply: Receipt | Recovered | TransactionError) -> None:
+    def _reply(self, reply: Receipt | Recovered | TransactionError | SubscriptionError) -> None:
         data = self.session.send(reply)
         if data:
             self.egress.push(data)

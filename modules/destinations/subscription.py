@@ -10,6 +10,7 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
@@ -345,7 +346,15 @@ class Subscription:
         taken back and returned (in auto mode they leave the window here, as no write
         will free them)."""
         self.ended = True
-        messages = [entry.item for entry in self.egress.queues.withdraw(self)]
+        return self._withdraw(None)
+
+    def leave(self, destination: str) -> list[Message]:
+        """A wildcard subscription leaves one destination: its deliveries of it still
+        waiting in the client's egress are taken back and returned, as ``end`` does."""
+        return self._withdraw(lambda message: message.destination == destination)  # type: ignore[attr-defined]
+
+    def _withdraw(self, which: Callable[[object], bool] | None) -> list[Message]:
+        messages = [entry.item for entry in self.egress.queues.withdraw(self, which)]
         self.pool.release(self.destination, messages)  # type: ignore[arg-type]
         if self.unacked is None:
             self.inflight_messages -= len(messages)

@@ -298,16 +298,17 @@ class EgressQueues:
         """The sum of the five queues' max-depths, in work units."""
         return sum(q.max_depth for q in self._queues)
 
-    def withdraw(self, owner: object) -> list[Entry]:
-        """Remove and return the entries ``owner`` queued, by drain order (a subscription
-        that ended: what was not written is not to be)."""
+    def withdraw(self, owner: object, which: Callable[[object], bool] | None = None) -> list[Entry]:
+        """Remove and return the entries ``owner`` queued (only those whose item ``which``
+        picks, if given), by drain order: a subscription that ended, or a wildcard one that
+        left a destination; what was not written is not to be."""
         withdrawn: list[Entry] = []
         for q in self._queues:
             if not any(entry.owner is owner for entry in q.entries):
                 continue
             kept: deque[Entry] = deque()
             for entry in q.entries:
-                if entry.owner is owner:
+                if entry.owner is owner and (which is None or which(entry.item)):
                     withdrawn.append(entry)
                     q.work -= entry.work
                 else:

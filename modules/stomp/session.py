@@ -10,8 +10,9 @@ tested on a fake clock.
 
 Once the client broke the protocol (a ``BadInput`` event) or said DISCONNECT,
 nothing more is read; once an ERROR was encoded, nothing more is sent (but for
-the ERROR that names a discarded transaction, ``TransactionError``, after which
-the connection goes on).
+the ERRORs that name a discarded transaction, ``TransactionError``, or a
+subscription that lost its read permission, ``SubscriptionError``, after which the
+connection goes on).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    SubscriptionError,
     TransactionError,
     Unsubscribe,
 )
@@ -181,9 +183,11 @@ class StompSession:
         if isinstance(reply, Recovered):
             return encoder.recovered(reply.receipt_id, reply.xids, version)
         if isinstance(reply, TransactionError):
-            return encoder.transaction_error(
-                reply.message, reply.detail, reply.transaction, version
-            )
+            named = [("transaction", reply.transaction)]
+            return encoder.naming_error(reply.message, reply.detail, named, version)
+        if isinstance(reply, SubscriptionError):
+            named = [("subscription", reply.subscription), ("destination", reply.destination)]
+            return encoder.naming_error(reply.message, reply.detail, named, version)
         self.closed = True
         self.reading = False
         offer = ",".join(VERSIONS) if self.version is None else ""

@@ -536,3 +536,56 @@ def test_a_users_destination_permissions_bound_what_the_console_lets_them_do(
     assert moved.status == 403 and moved.error == "permission denied: write /queue/theirs"
     assert ops.ok("POST", f"/api/destinations/{mine}/purge")["purged"] == 1
     assert len(ops.get(f"/api/destinations/{theirs}/messages")["messages"]) == 1, "untouched"
+
+
+def test_a_dead_message_is_retried_only_where_the_user_may_write(reactor, start_server, tmp_path):
+    """ "retry" puts a message in its original-destination as "move" puts it in another:
+    both need write there (retry answered 200 and the message landed)."""
+    users = UsersFile(tmp_path / "data")
+    users.set("ops", "ops-pw", "operator")
+    users.grant("ops", None, "/queue/DMQ", ["admin"])
+    users.grant("ops", None, "/queue/X", ["read"])
+    users.set("feeder", "feeder-pw", "viewer")
+    users.grant("feeder", None, ">", ["read", "write", "create"])
+    server = start_server()
+    api = open_console(reactor, server)
+    feeder, recorder = connect(server.port, login="feeder", passcode="feeder-pw")
+    feeder.subscribe("/queue/X", id="1", ack="client-individual")
+    feeder.send("/queue/X", "m")
+    [message] = recorder.wait_for_messages(1)
+    feeder.nack(message.headers["ack"], receipt="dead", requeue="false")
+    assert recorder.wait_until(lambda: "dead" in recorder.receipts)
+    feeder.disconnect()
+    ops = Api(api.port, auth=("ops", "ops-pw"))
+    base = f"/api/destinations/{encoded('/queue/DMQ')}/messages"
+    [dead] = ops.get(base)["messages"]
+    assert dead["headers"]["original-destination"] == "/queue/X"
+    message_id = encoded(dead["message_id"])
+    moved = ops.request("POST", f"{base}/{message_id}/move", {"to": "/queue/X"})
+    assert moved.status == 403 and moved.error == "permission denied: write /queue/X"
+    retried = ops.request("POST", f"{base}/{message_id}/retry")
+    assert retried.status == 403 and retried.error == "permission denied: write /queue/X"
+    assert [m["message_id"] for m in ops.get(base)["messages"]] == [dead["message_id"]]
+    users.grant("ops", None, "/queue/X", ["write"])
+    assert ops.ok("POST", f"{base}/{message_id}/retry")["to"] == "/queue/X"
+
+
+def test_the_destination_list_shows_only_what_the_viewer_may_read(reactor, start_server, tmp_path):
+    users = UsersFile(tmp_path / "data")
+    users.set("watcher", "watcher-pw", "viewer")
+    users.grant("watcher", None, "/queue/mine.>", ["read"])
+    users.grant("watcher", None, "/topic/t", ["write"])  # write is not read
+    users.set("feeder", "feeder-pw", "viewer")
+    users.grant("feeder", None, ">", ["read", "write", "create"])
+    server = start_server()
+    api = open_console(reactor, server)
+    feeder, recorder = connect(server.port, login="feeder", passcode="feeder-pw")
+    for destination in ("/queue/mine.a", "/queue/theirs", "/topic/t"):
+        feeder.send(destination, "m", receipt=destination)
+    assert recorder.wait_until(lambda: len(recorder.receipts) == 3)
+    feeder.disconnect()
+    listed = Api(api.port, auth=("watcher", "watcher-pw")).get("/api/destinations")
+    assert [d["name"] for d in listed["queues"]] == ["/queue/mine.a"]
+    assert listed["topics"] == []
+    everything = Api(api.port, auth=("feeder", "feeder-pw")).get("/api/destinations")
+    assert {d["name"] for d in everything["queues"]} >= {"/queue/mine.a", "/queue/theirs"}
