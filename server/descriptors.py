@@ -171,8 +171,17 @@ class SocketGate:
         self._ports: list[Any] = []  # twisted.internet.tcp.Port (a FileDescriptor)
 
     def watch(self, port: Any) -> Any:
-        """A listener of the group (its port is returned)."""
+        """A listener of the group (its port is returned). A port accepts up to its
+        ``numberAccepts`` connections each time it is readable, before the gate can stop
+        it: each time, that is bounded by the sockets the group may still open."""
         self._ports.append(port)
+        accept = port.doRead
+
+        def accept_within_the_limit() -> Any:
+            port.numberAccepts = max(1, min(port.numberAccepts, self.limit - self.open))
+            return accept()
+
+        port.doRead = accept_within_the_limit
         if self.open >= self.limit:
             port.stopReading()
         return port

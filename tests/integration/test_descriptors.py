@@ -181,3 +181,28 @@ def test_config_check_says_which_descriptor_limit_to_raise(tmp_path):
     )
     assert "StompListener.maxconnections" in result.stderr
     assert re.search(r"ulimit -n \d+", result.stderr), result.stderr
+
+
+def test_the_console_takes_at_most_its_connections_and_the_next_waits_its_turn(
+    start_server, console_of
+):
+    """``Admin.maxconnections`` sockets open, the console accepts no more: the next
+    connection waits in the listen backlog (its descriptor is not taken) and is served
+    once one closes."""
+    server = start_server(**{"Admin.maxconnections": "2"})
+    port = console_of(server).port
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    request = b"GET /api/session HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    waiting = socket.create_connection(("127.0.0.1", port))
+    waiting.sendall(request)
+    waiting.settimeout(1.0)  # long enough to see an answer that should not come
+    try:
+        answered = waiting.recv(100)
+    except TimeoutError:
+        answered = b""
+    assert answered == b""
+    held[0].close()
+    waiting.settimeout(10)
+    assert waiting.recv(100).startswith(b"HTTP/1.1 200")
+    for sock in (*held, waiting):
+        sock.close()
