@@ -49,6 +49,7 @@ class ListeningServer(typing.Protocol):
     egress_limits: tuple[QueueLimits, ...]
     transmit_bound: int
     sockets: SocketGate  # the STOMP and WebSocket listeners' sockets
+    fenced: Callable[[], bool] | None  # HA: whether this node's lease may be gone
 
 
 class StompProtocol(Protocol):
@@ -81,6 +82,7 @@ class StompProtocol(Protocol):
             server.clock,
             server.listener.closegrace,
             server.slow_subscribers.window,
+            server.fenced,
         )
         assert server.core is not None  # made before any listener opens
         self.client = server.core.connect(
