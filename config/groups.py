@@ -32,6 +32,7 @@ class ServerSettings(SettingsGroup):
     logformat: str
     packinterval: float
     recentevents: int
+    reservedfiledescriptors: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,12 @@ class ClientBounds(SettingsGroup):
 
     maxconnections: int
     maxconnectionsperaddress: int
+    maxpendingconnections: int
     connecttimeout: float
     maxconnectsize: int
     maxunfinishedbytes: int
+    discardbytes: int
+    discardtime: float
     maxsubscriptions: int
     maxtransactions: int
 
@@ -311,6 +315,7 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    maxconnections: int
     tls: bool
     sessiontimeout: float
     sampleinterval: float

@@ -36,6 +36,18 @@ PARAMETERS = [
     ),
     Parameter(
         "Server",
+        "reservedfiledescriptors",
+        int,
+        64,
+        "File descriptors kept for the stores, the write-ahead log and the journal (new "
+        "log segments, journal files, packs): the listeners never take them, so that a "
+        "connection storm cannot make a persistent SEND fail",
+        unit="descriptors",
+        minimum=8,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Server",
         "recentevents",
         int,
         1000,
@@ -166,6 +178,18 @@ PARAMETERS += [
     ),
     Parameter(
         "StompListener",
+        "maxpendingconnections",
+        int,
+        1000,
+        "Sockets the STOMP and WebSocket listeners keep open at once beyond maxconnections "
+        "(not yet CONNECTed, or being refused); with them all open the listeners accept no "
+        "more until one closes, so that the stores keep their file descriptors",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
         "connecttimeout",
         float,
         10.0,
@@ -197,6 +221,29 @@ PARAMETERS += [
         unit="bytes",
         minimum=MIB,
         maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardbytes",
+        int,
+        256 * MIB,
+        "Bytes still read (and thrown away) of a frame refused for its size before the "
+        "connection closes, so that a client that is writing it finishes and reads the "
+        "ERROR; a frame with more left is cut off (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardtime",
+        float,
+        10.0,
+        "Longest time the rest of a frame refused for its size is read (and thrown away) "
+        "before the connection closes",
+        unit="s",
+        minimum=0.1,
+        maximum=600.0,
     ),
     Parameter(
         "StompListener",
@@ -1219,6 +1266,17 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "maxconnections",
+        int,
+        64,
+        "Connections the console keeps open at once; with them all open it accepts no more "
+        "until one closes",
+        unit="connections",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
         "tls",
         bool,
         False,
@@ -1384,9 +1442,10 @@ PARAMETERS += [
         "Security",
         "usersfilecheckinterval",
         float,
-        1.0,
-        "How often the server looks whether the users file changed; the permissions of "
-        "connected clients follow the change",
+        0.5,
+        "How often the server looks whether the users file changed; connected clients "
+        "follow the change: a subscription that lost read ends with an ERROR naming it, a "
+        "removed user's connections are closed",
         unit="s",
         minimum=0.1,
         maximum=3600.0,

@@ -8,7 +8,6 @@ them all.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.client.connection import ClientConnection, ConnectionServices
+from wiremq.modules.client.connection import Admissions, ClientConnection, ConnectionServices
 from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
@@ -160,6 +159,7 @@ class Core:
         self.clients: set[ClientConnection] = set()
         self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
         self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
+        self._users_followed = self.users.generation  # the users file the clients follow
         self.memwatch = MemWatch(
             memwatch,
             build_memory_levels(
@@ -196,7 +196,7 @@ class Core:
             runtime,
             self.ids,
             self.clients,
-            Counter(),
+            Admissions(),
             self.unfinished,
             bounds,
             self.memwatch,
@@ -231,6 +231,19 @@ class Core:
         self.replays.configure(self.settings)
         if self.store is not None:
             self.spool.store_changed([d.name for d in self.destinations])
+
+    def follow_users(self) -> None:
+        """Read the users file again if it changed; the connected clients' rights then
+        follow it (``ClientConnection.rights_changed``). Without a users file (removed)
+        everyone may do everything, as new connections find."""
+        self.authenticator.refresh()
+        users = self.users
+        if users.generation == self._users_followed:
+            return
+        self._users_followed = users.generation
+        if users.configured:
+            for client in list(self.clients):
+                client.rights_changed()
 
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""
