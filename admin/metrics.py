@@ -2,8 +2,8 @@
 
 Names follow Prometheus' conventions: the ``wiremq_`` prefix, base units in
 the name (``_bytes``, ``_seconds``, ``_ratio``), ``_total`` for counters. What
-is exported is declared once, in ``SERVER_METRICS``, ``DESTINATION_METRICS``
-and ``WATERMARK_METRICS``: a new figure is one entry.
+is exported is declared once, in ``SERVER_METRICS``, ``DESTINATION_METRICS``,
+``WATERMARK_METRICS`` and ``DISK_METRICS``: a new figure is one entry.
 """
 
 from __future__ import annotations
@@ -174,6 +174,22 @@ WATERMARK_METRICS = (
     Metric("wiremq_watermark_trips_total", "counter", "Times a watermark tripped", at("trips")),
 )
 
+DISK_METRICS = (
+    Metric(
+        "wiremq_disk_free_bytes",
+        "gauge",
+        "Free space of the filesystem holding a store (or the write-ahead log)",
+        at("free_bytes"),
+    ),
+    Metric("wiremq_disk_total_bytes", "gauge", "Size of that filesystem", at("total_bytes")),
+    Metric(
+        "wiremq_disk_producers_held",
+        "gauge",
+        "1 while persistent producers are stopped for lack of space there",
+        at("producers_held"),
+    ),
+)
+
 
 def exposition(state: State) -> str:
     """The text of ``/metrics`` for one state of the server."""
@@ -189,6 +205,9 @@ def exposition(state: State) -> str:
     watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state)]
     for metric in WATERMARK_METRICS:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
+    stores = [({"store": name}, d) for d in state.get("disk", ()) for name in d["stores"]]
+    for metric in DISK_METRICS:
+        _family(lines, metric, [(labels, metric.read(d)) for labels, d in stores])
     refused = state.get("spool", {}).get("refused", {})
     _family(
         lines,

@@ -168,11 +168,15 @@ class Spool:
 
     def accepted_into_store(self, target: Target, message: Message) -> None:
         """A persistent message is on its way into the store: it counts in its store
-        watermarks now, so that producers are stopped while commits lag behind reading."""
+        watermarks now, so that producers are stopped while commits lag behind reading;
+        its producer is stopped if its store's disk is short of space."""
         size = message.stored_size
         if target.store_watermark is not None:
             target.store_watermark.add(1, size)
         self.flow.stores[target.domain].add(1, size)
+        disk = self.flow.disk
+        if disk.any_full and message.sender is not None:
+            disk.hold(target.domain, message.sender.producer)
 
     def _full(self, target: Target) -> bool:
         own = target.store_watermark
