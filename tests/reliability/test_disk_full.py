@@ -11,10 +11,8 @@ lost, nothing is delivered that was not sent.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,10 +22,10 @@ import pytest
 
 from tests.integration.clients import RawClient, free_port, until
 from tests.reliability.serverproc import ServerProcess
+from tests.tmpfs import MIB, fill_up, small_tmpfs
 
 pytestmark = pytest.mark.reliability
 
-MIB = 1 << 20
 DISK = 48 * MIB
 BODY_BYTES = 64 * 1024
 QUEUE = "/queue/disk.full"
@@ -43,23 +41,8 @@ CONFIG = f"""<wiremq>
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 48 MiB tmpfs mounted for this test (root only), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if made.returncode != 0:
-        pytest.skip(
-            "cannot mount a small tmpfs to fill (needs root or CAP_SYS_ADMIN): "
-            + (made.stderr.strip() or f"mount exited {made.returncode}")
-        )
-    try:
+    with small_tmpfs(tmp_path / "disk", DISK) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def body(n: int) -> bytes:
@@ -140,25 +123,6 @@ def consume(port: int, count: int, timeout: float = 20.0) -> list[int]:
     finally:
         client.close()
     return got
-
-
-def fill_up(path: Path) -> int:
-    """Another process's file that takes every free byte; its size."""
-    written = 0
-    chunk = b"\1" * MIB
-    with path.open("wb", buffering=0) as file:
-        while True:
-            try:
-                written += file.write(chunk)
-            except OSError as error:
-                assert error.errno == errno.ENOSPC, error
-                break
-        while True:  # the last pages
-            try:
-                written += file.write(b"\1" * 4096)
-            except OSError:
-                break
-    return written
 
 
 def state(admin: int) -> dict:
