@@ -138,8 +138,8 @@ class Filesystem:
         """New figures; True or False when producers are to stop or go on, else None."""
         was_full = self.full
         reserve = self.reserve.size
-        if reserve and free < settings.reservebytes:
-            self.reserve.give_back()
+        if reserve and (free < settings.reservebytes or not settings.reservebytes):
+            self.reserve.give_back()  # a full disk (or no reserve wanted any more)
             reserve = 0
             log.warning("disk.reserve_released", folder=str(self.folder), free=free)
         self.total, self.free = total, free

@@ -177,3 +177,16 @@ def test_with_no_filesystem_nothing_is_ever_full(tmp_path, domain):
     space = DiskSpace(Settings(REGISTRY))
     space.check()
     assert not space.full[domain] and space.state() == []
+
+
+def test_a_reserve_no_longer_wanted_is_given_back(tmp_path):
+    disk = Disk()
+    values = {"reservebytes": 64 * KIB, "minfreebytes": -1, "resumefreebytes": -1}
+    settings = Settings(REGISTRY, {f"DiskSpace.{k}": v for k, v in values.items()})
+    watched = [Watched("wal", tmp_path, frozenset({P2P, PUBSUB}))]
+    space = DiskSpace(settings, watched, disk.measure)
+    space.check()
+    assert (tmp_path / RESERVE_FILE).exists()
+    settings.set("DiskSpace.reservebytes", 0)  # a live change
+    space.check()
+    assert not (tmp_path / RESERVE_FILE).exists()
