@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.clients import connect, until
-from tests.integration.test_flow_control import client_state, flow_state
+from tests.integration.clients import RawClient, connect, until
+from tests.integration.test_flow_control import client_state, flow_state, send_frame
 
 EVERYTHING = 1 << 50  # more free space than any disk has: the watermark is set
 
@@ -51,3 +51,19 @@ def test_persistent_producers_are_held_while_free_disk_is_short_and_nothing_else
     held_at = persistent.sent
     assert until(lambda: persistent.sent > held_at + 100), "read again, but its SENDs stand still"
     assert flow_state(reactor, server)["disk"][0]["trips"] == 1
+
+
+def test_a_whenfull_fail_destination_refuses_persistent_sends_while_free_disk_is_short(
+    reactor, start_server, console_of
+):
+    server = start_server('<wiremq><Destination name="/queue/dk.f" whenfull="fail"/></wiremq>')
+    limits = {"DiskSpace.minfreebytes": EVERYTHING, "DiskSpace.resumefreebytes": EVERYTHING}
+    console_of(server).ok("PATCH", "/api/parameters", {"values": limits})
+    assert until(lambda: flow_state(reactor, server)["disk"][0]["producers_held"])
+    client = RawClient(server.port)
+    client.connect()
+    client.send(send_frame("/queue/dk.f", "x", persistent="true", receipt="r-disk"))
+    error = client.next_frame()
+    assert error.command == "ERROR" and error.headers["receipt-id"] == "r-disk"
+    assert b"disk full" in error.body
+    assert flow_state(reactor, server)["spool"]["refused"] == {"disk full": 1}
