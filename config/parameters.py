@@ -443,6 +443,7 @@ PARAMETERS += [
         unit="bytes",
         minimum=0,
         maximum=1 << 40,
+        live=True,
     ),
     Parameter(
         "DiskSpace",
