@@ -223,6 +223,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    declared: bool
     journal: bool
     maxredeliveries: int
     redeliverydelay: int
@@ -318,6 +319,7 @@ class AdminSettings(SettingsGroup):
     history: float
     chartdestinations: int
     browsebytes: int
+    countlimit: int
     maxrequestbytes: int
 
 
