@@ -322,7 +322,9 @@ class Api:
     def message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
         return waiting(
-            lambda done, failed: self.operations.message(name, message_id, done, failed),
+            lambda done, failed: self.operations.message(
+                name, message_id, self.admin.messagebytes, done, failed
+            ),
             lambda view: {"destination": name, **view.json()},
         )
 

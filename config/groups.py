@@ -319,6 +319,7 @@ class AdminSettings(SettingsGroup):
     history: float
     chartdestinations: int
     browsebytes: int
+    messagebytes: int
     countlimit: int
     maxrequestbytes: int
 

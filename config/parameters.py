@@ -1266,6 +1266,17 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "messagebytes",
+        int,
+        MIB,
+        "Bytes of a message body shown when one message is opened (its size is shown whole)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
         "countlimit",
         int,
         100_000,
