@@ -14,6 +14,7 @@ from typing import Any
 
 from wiremq.modules.statistics import (
     DESTINATION,
+    DISK,
     GAUGE,
     SERVER,
     SPOOL_REFUSED,
@@ -76,6 +77,9 @@ def exposition(state: State) -> str:
     watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state)]
     for metric in WATERMARK:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
+    stores = [({"store": name}, d) for d in state.get("disk", ()) for name in d["stores"]]
+    for metric in DISK:
+        _family(lines, metric, [(labels, metric.read(d)) for labels, d in stores])
     refused = state.get("spool", {}).get("refused", {})
     _family(
         lines,

@@ -155,6 +155,20 @@ class HaSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class DiskSpaceSettings(SettingsGroup):
+    """DiskSpace: the free-disk watermark of each filesystem holding a store or the log."""
+
+    minfreebytes: int
+    resumefreebytes: int
+    maxusedpercent: int
+    resumeusedpercent: int
+    usagesetpercent: int
+    usageclearpercent: int
+    reservebytes: int
+    checkinterval: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStoreSettings(SettingsGroup):
     """PersQueueFileStore: reading queue backlogs back and batching their removals."""
 

@@ -404,6 +404,106 @@ for _group, _file, _what in (
             live=True,
         ),
     ]
+# -- free disk space where the stores and the log are ---------------------------------------
+PARAMETERS += [
+    Parameter(
+        "DiskSpace",
+        "minfreebytes",
+        int,
+        128 * MIB,
+        "Persistent producers are stopped (not read) while a filesystem holding a store or "
+        "the write-ahead log has less free space than this",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumefreebytes",
+        int,
+        192 * MIB,
+        "Stopped persistent producers are read again once that filesystem has this much "
+        "free space again",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "maxusedpercent",
+        int,
+        -1,
+        "Persistent producers are also stopped while such a filesystem is this full",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumeusedpercent",
+        int,
+        -1,
+        "They are read again once it is no fuller than this",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usagesetpercent",
+        int,
+        80,
+        "Disk usage (of the space in use where producers are stopped) at which a usage "
+        "event is raised",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usageclearpercent",
+        int,
+        60,
+        "Disk usage at which the usage event is cleared",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "reservebytes",
+        int,
+        16 * MIB,
+        "Space kept in a file on each such filesystem and given back when it is full, so "
+        "that acknowledgements, the databases' catch-up with the log and a start can "
+        "still write (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 40,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "checkinterval",
+        float,
+        1.0,
+        "Time between two looks at the free space of those filesystems",
+        unit="s",
+        minimum=0.01,
+        maximum=60.0,
+        live=True,
+    ),
+]
 # -- the write-ahead log in front of the stores' databases ---------------------------------
 PARAMETERS += [
     Parameter(
@@ -1680,6 +1780,23 @@ RELATIONS += [
         "MessageSpool.usageclearpercent",
         "MessageSpool.usagesetpercent",
         "the spool usage event is cleared at or below where it is raised",
+    ),
+    Order(
+        "DiskSpace.minfreebytes",
+        "DiskSpace.resumefreebytes",
+        "producers stopped for lack of disk space are read again at or above where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.resumeusedpercent",
+        "DiskSpace.maxusedpercent",
+        "producers stopped for a full disk are read again at or below where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.usageclearpercent",
+        "DiskSpace.usagesetpercent",
+        "the disk usage event is cleared at or below where it is raised",
     ),
     Order(
         "SlowSubscriber.warnshare",

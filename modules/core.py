@@ -40,6 +40,7 @@ from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
 from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
@@ -77,17 +78,21 @@ class Core:
         journal_folder: Path | None = None,
         memory_levels: list[LevelSpec] | None = None,
         measure_memory: Callable[[], int] | None = None,
+        disk: DiskSpace | None = None,
     ) -> None:
         """``journal_folder``: where the audit journal is written (none: not written);
         ``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
-        process's resident bytes (None: MemWatch goes by its estimate)."""
+        process's resident bytes (None: MemWatch goes by its estimate); ``disk``: the
+        free-disk watermark of the stores' filesystems (None: none)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
         self.ids = Ids()
         self.pipelines = Pipelines()
         destinations: list[Destinations] = []  # made below: the flow control asks it later
-        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.flow = FlowControl(
+            settings, lambda domain: destinations[0].blocking_producers(domain), disk
+        )
         self.journal = (
             RecordingJournal(settings, runtime, journal_folder, self.flow)
             if journal_folder is not None
@@ -144,6 +149,7 @@ class Core:
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
+            self.persistence.writer.on_segment = self.flow.disk.check
         bounds = ClientBounds.read(settings, "StompListener")
         self.transactions = TransactionManager(
             bounds.maxtransactions,
@@ -351,6 +357,7 @@ class Core:
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
+            "disk": self.flow.disk.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
             "journal": self.journal.statistics(),
             "totals": {

@@ -17,6 +17,7 @@ from twisted.internet.interfaces import IListeningPort
 from wiremq.config.groups import (
     CleanupIntervalSettings,
     ClientBounds,
+    DiskSpaceSettings,
     EgressSettings,
     IdleDestinationSettings,
     JournalSettings,
@@ -33,6 +34,7 @@ from wiremq.config.groups import (
 from wiremq.config.xmlconfig import ConfigError, ServerConfig
 from wiremq.modules.client.egress import Outbox
 from wiremq.modules.core import Core
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
@@ -42,7 +44,7 @@ from wiremq.server.descriptors import SocketGate, TooFewDescriptors, fit_descrip
 from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
-from wiremq.server.stores import open_store
+from wiremq.server.stores import open_store, watched
 from wiremq.server.tls import TlsContextFactory
 from wiremq.server.websocket import WebSocketFactory
 from wiremq.server.writer import abort_if_open
@@ -159,6 +161,8 @@ class WiremqServer:
         of this process's connections (``server/ha.py``)."""
         data = Path(self.server.datadir)
         data.mkdir(parents=True, exist_ok=True)
+        disk = DiskSpace(self.settings, watched(self.settings))
+        disk.check()  # on a full disk the reserve is given back first: the open may write
         self.store = open_store(self.settings, record_log, client_name)
         try:
             self._fit_descriptors()
@@ -171,6 +175,7 @@ class WiremqServer:
                 journal if JournalSettings.read(self.settings, "Journal").enabled else None,
                 self.config.memory_levels,
                 self.resident_memory,
+                disk,
             )
             self.core.restore()
             self._listen()
@@ -282,6 +287,7 @@ class WiremqServer:
         idle = partial(IdleDestinationSettings.read, settings, "DestinationManager")
         slow = partial(SlowSubscriberSettings.read, settings, "SlowSubscriber")
         security = partial(SecuritySettings.read, settings, "Security")
+        disk = partial(DiskSpaceSettings.read, settings, "DiskSpace")
         for group, period, action in (
             (volqueue, "cleanupinterval", destinations.sweep_volatile),
             (live_buffers, "qlbcleanupinterval", destinations.sweep_live_buffers),
@@ -289,6 +295,7 @@ class WiremqServer:
             (idle, "idletimetolive", destinations.sweep_idle),
             (slow, "checkinterval", self.check_slow_subscribers),
             (security, "usersfilecheckinterval", core.follow_users),
+            (disk, "checkinterval", core.flow.disk.check),
         ):
             tasks.append(Periodic(runtime, partial(_period, group, period), action))
         if self.server.packinterval > 0:
@@ -305,9 +312,14 @@ class WiremqServer:
             task.start()
 
     def pack(self) -> None:
-        """Pack the store on a worker of its own: commits go on meanwhile."""
+        """Pack the store on a worker of its own: commits go on meanwhile. A pack first
+        copies the live messages: it waits while the disk has not the room for them."""
         store = self.store
-        if store is None:
+        if store is None or self.core is None:
+            return
+        live = store.totals(QUEUE_PREFIX)[1] + store.totals(TOPIC_PREFIX)[1]
+        if not self.core.flow.disk.room_for(live):
+            log.info("store.pack_postponed", live_bytes=live, reason="not enough free disk")
             return
         started = time.monotonic()
         self.runtime.worker("pack").submit(
