@@ -27,8 +27,8 @@ from wiremq.modules.security.users import UsersFile
 HERE = Path(__file__).parent
 STOMPJS = HERE / "node_modules" / "@stomp" / "stompjs" / "bundles" / "stomp.umd.min.js"
 COUNT = 5
-HEARTBEAT = 200  # ms, both ways
-IDLE = 1500  # ms of silence but heart-beats: the server drops a client silent for 400 ms
+HEARTBEAT = 1000  # ms, both ways (200 ms lost a connection to a loaded machine now and then)
+IDLE = 4000  # ms of silence but heart-beats: the server drops a client silent for 2 s
 
 
 @pytest.fixture
