@@ -136,6 +136,7 @@ class WalSettings(SettingsGroup):
     catchupinterval: float
     catchuptime: float
     syncpoll: float
+    syncpollholdoff: float
 
 
 @dataclass(frozen=True, slots=True)

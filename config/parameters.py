@@ -417,6 +417,19 @@ PARAMETERS += [
         maximum=0.01,
         live=True,
     ),
+    Parameter(
+        "WriteAheadLog",
+        "syncpollholdoff",
+        float,
+        0.5,
+        "How long a thread stops polling around the log's syncs once the scheduler has cut "
+        "one of its polls short for another task: on a busy machine polling delays the "
+        "producers instead of waking them sooner",
+        unit="s",
+        minimum=0.0,
+        maximum=600.0,
+        live=True,
+    ),
 ]
 
 PARAMETERS += [
