@@ -4,6 +4,12 @@ Names follow Prometheus' conventions: the ``wiremq_`` prefix, base units in
 the name (``_bytes``, ``_seconds``, ``_ratio``), ``_total`` for counters. What
 is exported is declared once, in ``SERVER_METRICS``, ``DESTINATION_METRICS``
 and ``WATERMARK_METRICS``: a new figure is one entry.
+
+A scrape stays bounded however many destinations there are: the
+per-destination series (and the destinations' own watermarks) are those of
+the ``Admin.metricsdestinations`` busiest (holding the most messages, as the
+charts choose them); ``wiremq_destinations_not_exported`` counts the others,
+whose messages still count in the server's totals.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wiremq.modules.history import at
+from wiremq.modules.history import at, busiest
 
 State = Mapping[str, Any]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -175,18 +181,28 @@ WATERMARK_METRICS = (
 )
 
 
-def exposition(state: State) -> str:
-    """The text of ``/metrics`` for one state of the server."""
+NOT_EXPORTED = Metric(
+    "wiremq_destinations_not_exported",
+    "gauge",
+    "Destinations left out of the per-destination series (Admin.metricsdestinations)",
+    at(),
+)
+
+
+def exposition(state: State, most_destinations: int) -> str:
+    """The text of ``/metrics`` for one state of the server, with the per-destination
+    series of the ``most_destinations`` busiest destinations."""
     lines: list[str] = []
     for metric in SERVER_METRICS:
         _family(lines, metric, [({}, metric.read(state))])
-    destinations = [
-        ({"destination": d["name"], "kind": d["kind"]}, d)
-        for d in (*state["queues"], *state["topics"])
-    ]
+    everyone = (*state["queues"], *state["topics"])
+    shown = {id(d) for d in busiest(everyone, most_destinations)}
+    exported = [d for d in everyone if id(d) in shown]  # in the state's order
+    _family(lines, NOT_EXPORTED, [({}, len(everyone) - len(exported))])
+    destinations = [({"destination": d["name"], "kind": d["kind"]}, d) for d in exported]
     for metric in DESTINATION_METRICS:
         _family(lines, metric, [(labels, metric.read(d)) for labels, d in destinations])
-    watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state)]
+    watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state, exported)]
     for metric in WATERMARK_METRICS:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
     refused = state.get("spool", {}).get("refused", {})
@@ -203,10 +219,10 @@ def exposition(state: State) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _watermarks(state: State) -> list[Mapping[str, Any]]:
-    """Every watermark once: the global ones, then each destination's own."""
+def _watermarks(state: State, destinations: Iterable[State]) -> list[Mapping[str, Any]]:
+    """Every watermark once: the global ones, then each of ``destinations``' own."""
     seen: dict[str, Mapping[str, Any]] = {w["name"]: w for w in state["watermarks"]}
-    for destination in (*state["queues"], *state["topics"]):
+    for destination in destinations:
         for watermark in destination["watermarks"]:
             seen.setdefault(watermark["name"], watermark)
     return list(seen.values())

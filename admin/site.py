@@ -216,7 +216,7 @@ class Console(Resource):
             raise HttpError(400, f"the body is not valid JSON: {error}") from None
 
     def _metrics(self) -> bytes:
-        return metrics.exposition(self.api.state()).encode()
+        return metrics.exposition(self.api.state(), self.api.admin.metricsdestinations).encode()
 
     # -- pages -----------------------------------------------------------------------------
 

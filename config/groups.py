@@ -304,6 +304,7 @@ class AdminSettings(SettingsGroup):
     sampleinterval: float
     history: float
     chartdestinations: int
+    metricsdestinations: int
     browsebytes: int
     maxrequestbytes: int
 

@@ -1158,6 +1158,18 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "metricsdestinations",
+        int,
+        100,
+        "Destinations /metrics gives series of their own (those with the most messages at "
+        "the scrape); the others count in the server's totals only",
+        unit="destinations",
+        minimum=0,
+        maximum=100_000,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
         "browsebytes",
         int,
         256,

@@ -10,8 +10,9 @@ What is charted is declared once, in ``SERVER_SERIES`` and
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,12 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def busiest(destinations: Iterable[State], count: int) -> list[State]:
+    """The ``count`` destinations holding the most messages (then: that received the most),
+    busiest first: the ones the charts and ``/metrics`` show when there are too many."""
+    return heapq.nlargest(count, destinations, key=lambda d: (d["messages"], d["received"]))
+
+
 class History:
     """The server's and the busiest destinations' figures over the last ``span`` seconds,
     sampled every ``interval`` seconds."""
@@ -135,9 +142,7 @@ class History:
         """Record one sample; destinations beyond the ``kept`` busiest are left out, and
         those left out for a whole span are forgotten."""
         self.server.add(now, state)
-        everyone = [*state["queues"], *state["topics"]]
-        busiest = sorted(everyone, key=lambda d: (d["messages"], d["received"]), reverse=True)
-        for destination in busiest[: self.kept]:
+        for destination in busiest((*state["queues"], *state["topics"]), self.kept):
             track = self.destinations.get(destination["name"])
             if track is None:
                 track = self.destinations[destination["name"]] = Track(
