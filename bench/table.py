@@ -384,7 +384,7 @@ def main() -> int:
             )
             table.calibrate()
             for run in range(args.runs):
-                started = load()
+                started = f"{load()}, sync rate {sync_rate(server.workdir):,.0f}/s"
                 print(f"run {run + 1} of {args.runs} ({started})", flush=True)
                 table.measure(run)
                 outcomes.append(table.ratios())
