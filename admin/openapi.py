@@ -70,6 +70,12 @@ def _operation(route: Route) -> dict[str, Any]:
         "summary": route.summary,
         "tags": [route.tag],
         "x-wiremq-role": route.role,
+        **({"x-wiremq-permission": route.destination_permission} if "{name}" in route.path else {}),
+        **(
+            {"x-wiremq-body-permission": dict([route.body_permission])}
+            if route.body_permission
+            else {}
+        ),
         "parameters": [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in re.findall(r"{(\w+)}", route.path)
@@ -80,7 +86,7 @@ def _operation(route: Route) -> dict[str, Any]:
                 "in": "query",
                 "required": False,
                 "description": q.doc,
-                "schema": _query_schema(q.kind, q.minimum, q.maximum),
+                "schema": _query_schema(q.kind, q.minimum, q.maximum, q.choices),
             }
             for q in route.query
         ],
@@ -106,8 +112,12 @@ def _operation(route: Route) -> dict[str, Any]:
     return operation
 
 
-def _query_schema(kind: type, minimum: int | None, maximum: int | None) -> dict[str, Any]:
+def _query_schema(
+    kind: type, minimum: int | None, maximum: int | None, choices: tuple[str, ...]
+) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer" if kind is int else "string"}
+    if choices:
+        schema["enum"] = list(choices)
     if minimum is not None:
         schema["minimum"] = minimum
     if maximum is not None:

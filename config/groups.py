@@ -210,6 +210,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    declared: bool
     journal: bool
     maxredeliveries: int
     redeliverydelay: int
@@ -306,6 +307,7 @@ class AdminSettings(SettingsGroup):
     chartdestinations: int
     metricsdestinations: int
     browsebytes: int
+    countlimit: int
     maxrequestbytes: int
 
 

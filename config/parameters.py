@@ -885,6 +885,16 @@ PARAMETERS += [
         live=True,
     ),
     Parameter(
+        "Destination",
+        "declared",
+        bool,
+        False,
+        "A declared destination exists from the server's start and is not removed when idle "
+        "(the console's Create declares the destination it makes); an undeclared one is made "
+        "on first use and removed after idletimetolive unused",
+        live=True,
+    ),
+    Parameter(
         "MessageSpool",
         "maxspoolusage",
         int,
@@ -1177,6 +1187,18 @@ PARAMETERS += [
         unit="bytes",
         minimum=0,
         maximum=MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "countlimit",
+        int,
+        100_000,
+        "Stored messages the console reads at most to count a durable subscription's backlog "
+        "(past it the count shows as at least that many)",
+        unit="messages",
+        minimum=1000,
+        maximum=100_000_000,
         live=True,
     ),
     Parameter(

@@ -15,6 +15,7 @@ from pathlib import Path
 import structlog
 
 from wiremq.config.groups import (
+    AdminSettings,
     ClientBounds,
     ListenerSettings,
     MemWatchSettings,
@@ -30,12 +31,15 @@ from wiremq.modules.client.connection import ClientConnection, ConnectionService
 from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
+from wiremq.modules.destinations.copies import Copier
 from wiremq.modules.destinations.deadletter import DeadLetters
 from wiremq.modules.destinations.destination import DestinationServices
 from wiremq.modules.destinations.durable import ReplayManager
 from wiremq.modules.destinations.expiry import Expiry
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
+from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
@@ -51,6 +55,7 @@ from wiremq.modules.pipeline.catalog import build_chain, build_memory_levels
 from wiremq.modules.pipeline.chain import ModuleContext, Pipelines
 from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.pipeline.xa import PREPARED_AREA, XAController
+from wiremq.modules.publisher import Publisher
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.security.authentication import Authenticator
 from wiremq.modules.security.users import Users, UsersFile
@@ -90,10 +95,17 @@ class Core:
             else Journal()
         )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
+        self.copier = Copier(settings, runtime.now_ms)
+        self.fates = FateCounts()
         self.dead_letters = DeadLetters(
-            settings, self.persistence, self.pipelines.submit, self.journal
+            settings,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
+            self.fates,
         )
-        self.expiry = Expiry(settings, self.dead_letters, self.journal)
+        self.expiry = Expiry(settings, self.dead_letters, self.journal, self.fates)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
@@ -126,6 +138,7 @@ class Core:
                 self.volatile,
                 self.journal,
                 self.pools,
+                self.fates,
             )
         )
         destinations.append(self.destinations)
@@ -190,8 +203,22 @@ class Core:
             self.sessions,
         )
 
+        self.publisher = Publisher(
+            self.destinations, self.pipelines.submit, self.ids.message, runtime.now_ms
+        )
+        self.durables = DurableSubscriptions(
+            self.persistence,
+            self.destinations,
+            self.journal,
+            lambda: AdminSettings.read(settings, "Admin").countlimit,
+        )
         self.operations = Operations(
-            self.destinations, self.clients, self.persistence, self.pipelines.submit, self.journal
+            self.destinations,
+            self.clients,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
         )
         settings.on_change(self._settings_changed)
 
@@ -220,19 +247,21 @@ class Core:
         )
 
     def restore(self) -> None:
-        """Recreate the queues that have stored messages (read back on demand), count what
-        the store holds in its watermarks, load the durable subscriptions and the prepared
-        XA branches."""
+        """Recreate the queues that have stored messages (read back on demand) and the
+        destinations config.xml declares, count what the store holds in its watermarks,
+        load the durable subscriptions and the prepared XA branches."""
         if self.persistence is None or self.store is None:
+            self.destinations.restore({})
             return
         store = self.store
-        queues = [
-            name
+        held = {
+            name: store.count(name)[0]
             for name in store.destinations(QUEUE_PREFIX)
-            if name != PREPARED_AREA and store.count(name)[0]
-        ]
+            if name != PREPARED_AREA
+        }
+        queues = {name: count for name, count in held.items() if count}
         self.destinations.restore(queues)
-        self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
+        self.spool.store_changed([*queues, *store.destinations(TOPIC_PREFIX)])
         subscriptions = self.persistence.load_durable_subscriptions()
         self.xa.restore(store)
         log.info(
@@ -282,12 +311,19 @@ class Core:
             "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
         }
 
-    def flow_state(self) -> dict[str, object]:
-        """Every flow-control state in one place: the admin console's view."""
+    def flow_state(self, destinations: bool = True) -> dict[str, object]:
+        """Every flow-control state in one place: the admin console's view; without each
+        destination's (``destinations`` False: the overview of a server with thousands)."""
         return {
             "watermarks": [w.state() for w in self.flow.watermarks()],
-            "queues": [q.state() for q in self.destinations.queues.values()],
-            "topics": [t.state() for t in self.destinations.topics.values()],
+            **(
+                {
+                    "queues": [q.state() for q in self.destinations.queues.values()],
+                    "topics": [t.state() for t in self.destinations.topics.values()],
+                }
+                if destinations
+                else {}
+            ),
             "clients": [c.state() for c in self.clients],
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,

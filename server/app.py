@@ -285,10 +285,11 @@ class WiremqServer:
                 )
         self.outbox.flush()
 
-    def flow_state(self) -> dict[str, Any]:
-        """The core's flow-control state plus each connection's socket-side view."""
+    def flow_state(self, destinations: bool = True) -> dict[str, Any]:
+        """The core's flow-control state plus each connection's socket-side view (without
+        each destination's: ``destinations`` False)."""
         assert self.core is not None
-        state = self.core.flow_state()
+        state = self.core.flow_state(destinations)
         connections = list(self.connections)
         state["egress_load_factor"] = egress_load_factor(c.egress.queues for c in connections)
         state["sockets"] = [

@@ -25,11 +25,13 @@ from wiremq.config.xmlconfig import (
 )
 from wiremq.modules.pipeline.catalog import check_chain
 from wiremq.modules.security.users import ROLES, UsersFile, UsersFileError
+from wiremq.server.version import installed_version
 
 DESCRIPTION = """\
 wiremq: a STOMP 1.0/1.1/1.2 message server with queues, topics and JMS
 semantics, in the spirit of the iBus//MessageServer.
 
+  wiremq --version                  the version installed
   wiremq serve                      serve on 127.0.0.1:61613 with the defaults
   wiremq serve --config config.xml  serve with your configuration
   wiremq default-config > config.xml
@@ -58,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wiremq", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"wiremq {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",

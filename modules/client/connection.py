@@ -120,6 +120,7 @@ class ClientConnection:
         # pipeline together, in the order they came.
         self._sends: Batch = []
         self._sends_domain = ""
+        self.published = 0  # SENDs to a queue or topic submitted (the console's rates)
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
         self._checked = -1  # the pending frame MemWatch checked (by the decoder's count)
@@ -243,6 +244,7 @@ class ClientConnection:
         if self._sends:
             batch, self._sends = self._sends, []
             if not self._failing:  # else they came after what failed: they do not act
+                self.published += len(batch)
                 self.core_session.send(self._sends_domain, batch)
 
     # -- SessionCallback -------------------------------------------------------------------
@@ -498,6 +500,8 @@ class ClientConnection:
             "subscriptions": core.subscriptions.state(),
             "egress_policy": self.egress.queues.policy.value,
             "egress": self.egress.queues.stats(),
+            "published": self.published,
+            "messages_sent": self.egress.queues.messages_written(),
         }
 
 

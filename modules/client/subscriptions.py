@@ -286,7 +286,7 @@ class SessionSubscriptions:
         del self.by_id[subscription.sub_id]
         del self._by_number[str(subscription.number)]
         if subscription.durable_key is not None and self.persistence is not None:
-            self.persistence.active.discard(subscription.durable_key)
+            self.persistence.subscriber_left(subscription.durable_key)
         unwritten = subscription.end()
         subscription.destination.unsubscribe(subscription, unwritten)
         self._policy_changed(subscription, -1)
@@ -349,6 +349,8 @@ class SessionSubscriptions:
         destination = subscription.destination
         if nack:
             return subscription, [], destination.rejected(subscription, messages, requeue)
+        subscription.acknowledged += len(messages)
+        destination.count("acknowledged", messages)
         return subscription, messages, destination.acknowledged(subscription, messages)
 
     def _store(self, changes: StoreTransaction, receipt: str | None) -> None:

@@ -9,12 +9,13 @@ consumers. What it needs from the rest of the server is in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from wiremq.config.groups import DestinationPolicy, WatermarkLimits
 from wiremq.config.settings import Settings
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.message import Message
@@ -47,6 +48,7 @@ class DestinationServices:
     volatile: VolQueueStore
     journal: Journal
     pools: WorkPools
+    fates: FateCounts
     # where each producer sends: one that goes away is forgotten there, not in every
     # destination (a disconnect walked all of them: 35 ms with 100,000 queues)
     sending: dict[Producer, set[Destination]] = field(default_factory=dict)
@@ -89,6 +91,7 @@ class Destination(ABC):
         self.last_dispatch = services.runtime.monotonic()
         self.removed = False  # taken out of the registry: a new one of its name may exist
         self.delivered_before = 0  # deliveries to consumers that have gone
+        self.fates = services.fates.of(name)  # what became of its messages, counted
 
     def own_watermark(self, kind: str, group: str, prefix: str, stops: bool) -> Watermark | None:
         """A per-destination watermark of ``group``, if its parameters switch one on;
@@ -214,6 +217,12 @@ class Destination(ABC):
         """Messages a consumer NACKed: delivered again if ``requeue``, else dropped as if
         acknowledged; what the store must change for it."""
 
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """``messages`` (of this destination) met ``fate`` (``fates.py``): acknowledged,
+        discarded...; ``undone``: taken back (an acknowledgement whose transaction failed)."""
+        fates = self.fates
+        setattr(fates, fate, getattr(fates, fate) + (-len(messages) if undone else len(messages)))
+
     def _consumer_gone(self, subscription: Subscription) -> None:
         """Keep the deliveries of a consumer that unsubscribed in the destination's count."""
         self.delivered_before += subscription.delivered
@@ -246,6 +255,7 @@ class Destination(ABC):
             "stored_bytes": stored_bytes,
             "received": self.received,
             "delivered": self.delivered,
+            **self.fates.json(),
             "producers": len(self.producers),
             "spool_quota": self.policy.spoolquota,
             "shutdown": self.policy.shutdown,

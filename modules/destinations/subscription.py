@@ -10,6 +10,7 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
@@ -65,6 +66,8 @@ class Source(Protocol):
         """What the store must change for ``messages`` the subscription NACKed."""
 
     def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None: ...
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """``messages`` met ``fate`` (``fates.py``); ``undone``: taken back."""
 
 
 class SlowSubscriberDrop(Protocol):
@@ -134,6 +137,7 @@ class Subscription:
         "cursor",
         "policy",
         "delivered",
+        "acknowledged",
         "slow_drop",
         "session_id",
         "ended",
@@ -197,6 +201,7 @@ class Subscription:
         self.cursor = 0  # next index in its topic's live buffer
         self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
         self.delivered = 0
+        self.acknowledged = 0  # deliveries acknowledged (ACKed, or written in auto mode)
         self.slow_drop: SlowSubscriberDrop  # set by the session that made it
         self.session_id = session_id  # the session it belongs to (the journal names it)
         self.ended = False
@@ -315,6 +320,8 @@ class Subscription:
                 order[message.message_id] = None
         elif self.unacked is None:
             self.journal.consumed(self, messages)
+            self.acknowledged += len(messages)
+            self.destination.count("acknowledged", messages)
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)
             stored = [m for m in messages if m.store_seq]
@@ -336,6 +343,7 @@ class Subscription:
                 self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
         self.journal.egress_discarded(self, message)
+        self.destination.count("discarded", (message,))
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()
@@ -422,6 +430,7 @@ class Subscription:
             "inflight_bytes": self.inflight_bytes,
             "unacked": len(self.unacked) if self.unacked is not None else None,
             "delivered": self.delivered,
+            "acknowledged": self.acknowledged,
             "durable": "/".join(self.durable_key) if self.durable_key else None,
             "replaying": self.replaying if self.durable_key else None,
             "policy": self.policy,

@@ -14,7 +14,7 @@ destination the message was sent to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wiremq.modules.destinations.destination import NOTHING, Destination
@@ -111,6 +111,13 @@ class Wildcard:
         for name, member in self.members.items():
             member.destination.unsubscribe(member, by_destination.get(name, []))  # type: ignore[arg-type]
         self.members.clear()
+
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """Each matching destination counts its own messages' fate (``Destination.count``)."""
+        for name, batch in grouped((m.destination, m) for m in messages).items():
+            member = self.members.get(name)
+            if member is not None:
+                member.destination.count(fate, batch, undone)
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
         return self._each(messages, lambda d, m, ms: d.acknowledged(m, ms))

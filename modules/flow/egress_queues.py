@@ -328,6 +328,11 @@ class EgressQueues:
         self._discarded = 0
         return removed
 
+    def messages_written(self) -> int:
+        """MESSAGE frames written to the client: every queue's but C-1's (control frames:
+        CONNECTED, RECEIPT, ERROR, heart-beats)."""
+        return sum(q.delivered for q in self._queues[EgressQueue.D3 :])
+
     def stats(self) -> dict[str, dict[str, int]]:
         """Per-queue statistics as ``show client stats queue`` lists them, and totals.
 

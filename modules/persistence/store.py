@@ -189,6 +189,8 @@ class Persistence:
         )
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: set[SubscriptionKey] = set()  # those with a subscriber now
+        # When each one's subscriber last left (epoch ms), since the server started.
+        self.last_seen: dict[SubscriptionKey, int] = {}
         # Stored messages durable subscribers acknowledged past their stored position (an
         # older one is still unacknowledged), as the store keeps them (single
         # acknowledgements) and with those not yet committed: their replays skip them.
@@ -198,6 +200,12 @@ class Persistence:
         self.live_buffer_bytes = 0  # persistent queue messages held in memory, all queues
         self.live_buffer_limit = live.globalpersqueuebytehighwatermark
         self.queue_live_buffer_limit = live.persqueuebytehighwatermark
+
+    def subscriber_left(self, key: SubscriptionKey) -> None:
+        """The subscriber of the durable subscription ``key`` left: not active, last seen
+        now."""
+        self.active.discard(key)
+        self.last_seen[key] = self.runtime.now_ms()
 
     def _committed(self, transactions: list[StoreTransaction]) -> Callable[[], None]:
         """How to tell ``on_changed`` the destinations whose stored counts the commit may
