@@ -10,6 +10,7 @@ for the store answers when it is done (a Deferred).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,29 @@ WIZARD_BODY = {
     "required": WIZARD_FIELDS,
     "properties": {name: {"type": "integer", "minimum": 0} for name in WIZARD_FIELDS},
 }
+
+
+SINGLE: dict[str, Any] = {  # /api/ha of a server that is no node of an HA pair
+    "role": "single",
+    "node": None,
+    "since": None,
+    "epoch": None,
+    "reason": None,
+    "takeover_seconds": None,
+    "active": None,
+    "lease_epoch": None,
+    "lease_expires_in": None,
+    "lease_released": None,
+    "failovers": [],
+    "history": [],
+}
+
+
+def _takeover_line(takeover: dict[str, Any]) -> str:
+    """One takeover of the failover history, in words."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(takeover["at"]))
+    previous = f" from {takeover['previous']}" if takeover["previous"] else ""
+    return f"{when}: epoch {takeover['epoch']}, {takeover['node']}{previous} ({takeover['reason']})"
 
 
 def describe(param: Parameter, tuning: Tuning) -> dict[str, Any]:
@@ -122,19 +146,27 @@ class Api:
     def operations(self) -> Operations:
         core = self.server.core
         if core is None:
-            raise HttpError(503, "the server is starting")
+            raise self._not_serving()
         return core.operations
 
     def core(self) -> Core:
         core = self.server.core
         if core is None:
-            raise HttpError(503, "the server is starting")
+            raise self._not_serving()
         return core
 
     def state(self, destinations: bool = True) -> dict[str, Any]:
         """The query API's state (``destinations`` False: without each destination's)."""
         self.core()
         return self.server.flow_state(destinations)
+
+    def _not_serving(self) -> HttpError:
+        """Why a node without its core cannot answer: starting, or an HA standby."""
+        ha = self.server.ha
+        if ha is None or ha.state()["role"] == "active":
+            return HttpError(503, "the server is starting")
+        active = ha.state()["active"] or "none yet"
+        return HttpError(503, f"this node is a standby of its HA pair (the active: {active})")
 
     # -- the server -----------------------------------------------------------------------
 
@@ -167,6 +199,40 @@ class Api:
         }
 
     def whole_state(self, call: Call) -> dict[str, Any]:
+        return self.state()
+
+    # -- high availability (docs/ha.md) -------------------------------------------------------
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``GET /api/health`` (no login: load balancers and probes ask it): 200 where
+        clients are served, 503 elsewhere (a standby names the active)."""
+        ha = self.server.ha
+        if ha is None:
+            serving = self.server.core is not None
+            return (200 if serving else 503), {"role": "single" if serving else "starting"}
+        state = ha.state()
+        answer = {
+            "role": state["role"],
+            "node": state["node"],
+            "active": state["active"],
+            "epoch": state["lease_epoch"],
+        }
+        return (200 if state["role"] == "active" else 503), answer
+
+    def ha_view(self, call: Call) -> dict[str, Any]:
+        """This node's role, the lease and the failover history (HA), or a single server."""
+        ha = self.server.ha
+        if ha is None:
+            return dict(SINGLE)
+        state = ha.state()
+        state["history"] = [_takeover_line(t) for t in state["failovers"]]
+        return state
+
+    def metrics_state(self) -> dict[str, Any]:
+        """What ``/metrics`` reads: the whole state, or on a standby its HA part alone."""
+        ha = self.server.ha
+        if self.server.core is None and ha is not None:
+            return {"ha": ha.state()}
         return self.state()
 
     def history_of(self, call: Call) -> dict[str, Any]:
@@ -322,7 +388,9 @@ class Api:
     def message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
         return waiting(
-            lambda done, failed: self.operations.message(name, message_id, done, failed),
+            lambda done, failed: self.operations.message(
+                name, message_id, self.admin.messagebytes, done, failed
+            ),
             lambda view: {"destination": name, **view.json()},
         )
 
@@ -475,6 +543,15 @@ class Api:
                 VIEWER,
                 self.whole_state,
                 "the whole query API (flow_state) as it is",
+                "server",
+            ),
+            Route(
+                "GET",
+                "/api/ha",
+                VIEWER,
+                self.ha_view,
+                "this node's role in its HA pair, the lease's holder and the failover history "
+                "(docs/ha.md); a single server says role single",
                 "server",
             ),
             Route(

@@ -21,21 +21,59 @@ from typing import Any
 from wiremq.modules.history import busiest
 from wiremq.modules.statistics import (
     DESTINATION,
+    GAUGE,
     NOT_EXPORTED,
     SERVER,
     SPOOL_REFUSED,
     WATERMARK,
     State,
     Statistic,
+    at,
 )
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+HA = (  # a node of an HA pair (docs/ha.md)
+    Statistic(
+        "wiremq_ha_active",
+        GAUGE,
+        "1 while this node is the active of its HA pair, 0 otherwise",
+        lambda s: None if "ha" not in s else int(s["ha"]["role"] == "active"),
+    ),
+    Statistic(
+        "wiremq_ha_lease_epoch",
+        GAUGE,
+        "The HA lease's epoch as this node last read it (one more at every takeover)",
+        at("ha", "lease_epoch"),
+    ),
+    Statistic(
+        "wiremq_ha_lease_expires_in_seconds",
+        GAUGE,
+        "Time left on the HA lease by the database's clock, as this node last read it",
+        at("ha", "lease_expires_in"),
+    ),
+)
+HA_ROLE = Statistic(
+    "wiremq_ha_role",
+    GAUGE,
+    "This node's role in its HA pair (starting, standby, taking-over, active, stopping), "
+    "as a label",
+    at(),
+)
+
 
 def exposition(state: State, most_destinations: int) -> str:
-    """The text of ``/metrics`` for one state of the server, with the per-destination
-    series of the ``most_destinations`` busiest destinations."""
+    """The text of ``/metrics`` for one state of the server (on an HA standby, which serves
+    nothing, its HA part alone), with the per-destination series of the
+    ``most_destinations`` busiest destinations."""
     lines: list[str] = []
+    if "ha" in state:
+        for metric in HA:
+            _family(lines, metric, [({}, metric.read(state))])
+        role = {"node": state["ha"]["node"], "role": state["ha"]["role"]}
+        _family(lines, HA_ROLE, [(role, 1)])
+    if "queues" not in state:
+        return "\n".join(lines) + "\n"
     for metric in SERVER:
         _family(lines, metric, [({}, metric.read(state))])
     everyone = (*state["queues"], *state["topics"])

@@ -18,13 +18,26 @@ STATUS_TEXT = {
     413: "request body too large (Admin.maxrequestbytes)",
     415: "the body must be JSON (Content-Type: application/json)",
     500: "the server could not do it (the message says why)",
-    503: "the server is starting",
+    503: "the server is starting, or is a standby of an HA pair",
 }
 ALWAYS = (401, 403, 503)  # any route may answer these
+HEALTH = {  # answered without a login, for load balancers and probes (docs/ha.md)
+    "get": {
+        "operationId": "health",
+        "summary": "whether this node serves clients: 200 on a single server and on the "
+        "active node of an HA pair, 503 on a standby (naming the active) or while starting",
+        "tags": ["server"],
+        "security": [],
+        "responses": {
+            "200": {"description": "serving: {role, node, active, epoch} ({role: single})"},
+            "503": {"description": "not serving: {role: standby, node, active, epoch}"},
+        },
+    }
+}
 
 
 def openapi(routes: list[Route], version: str) -> dict[str, Any]:
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {"/api/health": HEALTH}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
     return {

@@ -133,6 +133,8 @@ class Console(Resource):
             raise HttpError(400, "the path is not valid UTF-8 once percent-decoded") from None
         if parts == ["api", "openapi.json"] and method == "GET":
             return defer.succeed(json_reply(200, self.document))
+        if parts == ["api", "health"] and method in ("GET", "HEAD"):
+            return defer.succeed(json_reply(*self.api.health()))
         route, params = find(self.routes, method, parts)
         identified = self._identified(request, route.role)
         return identified.addCallback(self._call, request, route, params)
@@ -219,7 +221,8 @@ class Console(Resource):
             raise HttpError(400, f"the body is not valid JSON: {error}") from None
 
     def _metrics(self) -> bytes:
-        return metrics.exposition(self.api.state(), self.api.admin.metricsdestinations).encode()
+        state = self.api.metrics_state()
+        return metrics.exposition(state, self.api.admin.metricsdestinations).encode()
 
     # -- pages -----------------------------------------------------------------------------
 

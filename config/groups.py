@@ -140,6 +140,18 @@ class WalSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class HaSettings(SettingsGroup):
+    """HA: this node of an active/standby pair, its name and its lease's times."""
+
+    enabled: bool
+    node: str
+    leasetime: float
+    renewinterval: float
+    tryinterval: float
+    margin: float
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStoreSettings(SettingsGroup):
     """PersQueueFileStore: reading queue backlogs back and batching their removals."""
 
@@ -307,6 +319,7 @@ class AdminSettings(SettingsGroup):
     chartdestinations: int
     metricsdestinations: int
     browsebytes: int
+    messagebytes: int
     countlimit: int
     maxrequestbytes: int
 

@@ -7,7 +7,7 @@ choice of ours.
 
 from __future__ import annotations
 
-from wiremq.config.registry import Order, Parameter, Registry
+from wiremq.config.registry import Condition, Order, Parameter, Registry
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -365,7 +365,8 @@ PARAMETERS += [
         int,
         16 * MIB,
         "Size of one file of the write-ahead log (in the data folder's wal/); a file goes "
-        "once the databases have applied everything in it",
+        "once the databases have applied everything in it (HA: the most of the log kept "
+        "in memory for the databases' catch-up)",
         unit="bytes",
         minimum=64 * KIB,
         maximum=1024 * MIB,
@@ -411,7 +412,7 @@ PARAMETERS += [
         "Longest time the event loop and the log's sync thread, with nothing else to do, "
         "poll for work instead of sleeping: the loop from the start of a sync (if the "
         "last one took no longer), both from its end, for the producers' next requests "
-        "(0: they always sleep)",
+        "(0: they always sleep; no effect in HA mode, where the log is in the database)",
         unit="s",
         minimum=0.0,
         maximum=0.01,
@@ -708,6 +709,119 @@ PARAMETERS += [
         maximum=86_400_000,
         off=-1,
         live=True,
+    ),
+]
+
+# -- high availability: an active/standby pair on a shared PostgreSQL (docs/ha.md) ---------
+PARAMETERS += [
+    Parameter(
+        "HA",
+        "enabled",
+        bool,
+        False,
+        "Run as one node of an active/standby pair (or more) sharing its stores in "
+        "PostgreSQL: the node holding the lease serves, the others wait with their STOMP "
+        "and WebSocket ports closed and take over when it is gone",
+    ),
+    Parameter(
+        "HA",
+        "node",
+        str,
+        "",
+        "This node's name in the lease, the failover history and the health answers "
+        "(empty: the host name)",
+    ),
+    Parameter(
+        "HA",
+        "leasetime",
+        float,
+        4.0,
+        "How long the lease lasts after the active's last renewal, by the database's "
+        "clock: a standby takes over once it ran out (an active unreachable or paused)",
+        unit="s",
+        minimum=1.0,
+        maximum=600.0,
+    ),
+    Parameter(
+        "HA",
+        "renewinterval",
+        float,
+        0.5,
+        "Time between two renewals of the lease by the active",
+        unit="s",
+        minimum=0.05,
+        maximum=300.0,
+    ),
+    Parameter(
+        "HA",
+        "tryinterval",
+        float,
+        0.5,
+        "Time between two tries of a standby to take the lease; an active that died "
+        "(its database session ended) is replaced at the next try",
+        unit="s",
+        minimum=0.05,
+        maximum=60.0,
+    ),
+    Parameter(
+        "HA",
+        "margin",
+        float,
+        1.0,
+        "An active that could not renew its lease stops serving (and becomes a standby) "
+        "this long before the lease would run out by its own clock",
+        unit="s",
+        minimum=0.1,
+        maximum=300.0,
+    ),
+]
+
+
+def _postgresql(uri: object) -> bool:
+    return str(uri).startswith(("postgresql://", "postgres://"))
+
+
+def _not_postgresql(queues: object, topics: object) -> str:
+    wrong = [
+        f"{group}.storageuri ({_scheme(uri)})"
+        for group, uri in (("PersQueueFileStore", queues), ("TopicFileStore", topics))
+        if not _postgresql(uri)
+    ]
+    verb = "is not a postgresql://user:password@host:port/db URI"
+    if len(wrong) > 1:
+        verb = "are not postgresql://user:password@host:port/db URIs"
+    return (
+        "HA.enabled needs both stores in PostgreSQL, where every node sees them, but "
+        + " and ".join(wrong)
+        + f" {verb}"
+    )
+
+
+def _scheme(uri: object) -> str:
+    """What a storage URI is, without repeating it (it may hold a password)."""
+    text = str(uri)
+    if not text:
+        return "empty: a file in the data folder"
+    scheme, found, _ = text.partition("://")
+    return f"a {scheme}:// URI" if found else "a file path"
+
+
+RELATIONS += [
+    Condition(
+        ("HA.enabled", "PersQueueFileStore.storageuri", "TopicFileStore.storageuri"),
+        lambda enabled, queues, topics: (
+            not enabled or (_postgresql(queues) and _postgresql(topics))
+        ),
+        lambda enabled, queues, topics: _not_postgresql(queues, topics),
+    ),
+    Condition(
+        ("HA.renewinterval", "HA.margin", "HA.leasetime"),
+        lambda renew, margin, lease: renew + margin < lease,
+        lambda renew, margin, lease: (
+            f"the active renews its lease every {renew:g} s and stops {margin:g} s before it "
+            f"would run out, so the lease must last longer than {renew + margin:g} s "
+            f"(HA.leasetime is {lease:g} s)"
+        ),
     ),
 ]
 
@@ -1187,6 +1301,17 @@ PARAMETERS += [
         unit="bytes",
         minimum=0,
         maximum=MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "messagebytes",
+        int,
+        MIB,
+        "Bytes of a message body shown when one message is opened (its size is shown whole)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * MIB,
         live=True,
     ),
     Parameter(

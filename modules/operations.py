@@ -78,7 +78,7 @@ class MessageView:
     expires: int
     redelivered: bool
     headers: dict[str, str]
-    body: bytes  # its first bytes only (Admin.browsebytes), or all of it (one message's)
+    body: bytes  # its first bytes (Admin.browsebytes browsing, Admin.messagebytes opened)
     stored_at: int  # its position in the store (0: not stored)
 
     def json(self) -> dict[str, object]:
@@ -122,7 +122,7 @@ def _view(message: Message, head: int) -> MessageView:
         message.expires,
         message.redelivered,
         dict(message.user_headers),
-        message.body if head < 0 else message.body[:head],
+        message.body[:head],
         message.store_seq,
     )
 
@@ -136,7 +136,7 @@ def _stored_view(seq: int, stored: StoredMessage, head: int) -> MessageView:
         stored.expires,
         False,
         dict(stored.headers),
-        stored.body if head < 0 else stored.body[:head],
+        stored.body[:head],
         seq,
     )
 
@@ -333,10 +333,16 @@ class Operations:
         self._read_waiting(queue, visit, lambda: done(BrowsePage(page, more[0])), failed)
 
     def message(
-        self, name: str, message_id: str, done: Callable[[MessageView], None], failed: Failed
+        self,
+        name: str,
+        message_id: str,
+        head: int,
+        done: Callable[[MessageView], None],
+        failed: Failed,
     ) -> None:
-        """One waiting message whole (all its headers, its whole body); 404 if none of
-        that id waits in the queue."""
+        """One waiting message: all its headers and the first ``head`` bytes of its body
+        (Admin.messagebytes: a body of any size is never sent whole to a browser); 404 if
+        none of that id waits in the queue."""
 
         def found(views: list[MessageView]) -> None:
             if views:
@@ -344,7 +350,7 @@ class Operations:
             else:
                 failed(not_found(f"no message {message_id!r} waits in {name}"))
 
-        self._find(name, message_id, found, failed, head=-1)
+        self._find(name, message_id, found, failed, head=head)
 
     def copy(
         self,

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import psutil
 import structlog
@@ -46,8 +46,16 @@ from wiremq.server.tls import TlsContextFactory
 from wiremq.server.websocket import WebSocketFactory
 from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
+from wiremq.stores.messagestore import RecordLog
 
 log = structlog.get_logger("wiremq.server")
+
+
+class HaNodeState(Protocol):
+    """What a server (and its console) asks of its node of an HA pair (``ha.HaNode``)."""
+
+    def state(self) -> dict[str, Any]: ...
+
 
 JOURNAL_FOLDER = "journal"  # in the data folder
 
@@ -91,6 +99,9 @@ class WiremqServer:
         self.transmit_bound = egress.tcptransmitbytes
         self.started_at = time.time()
         self.process = psutil.Process()
+        self.ha: HaNodeState | None = None  # this server's node of an HA pair (server/ha.py)
+        # In HA mode: whether the lease may be gone (socket writers then write nothing).
+        self.fenced: Callable[[], bool] | None = None
         settings.on_change(self._settings_changed)
 
     def _settings_changed(self, groups: frozenset[str]) -> None:
@@ -99,7 +110,7 @@ class WiremqServer:
         if "Server" in groups:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
-        if "WriteAheadLog" in groups:
+        if "WriteAheadLog" in groups and self.ha is None:  # HA: no local log to poll around
             wal = WalSettings.read(self.settings, "WriteAheadLog")
             self.runtime.sync_poll = wal.syncpoll
             self.runtime.sync_poll_holdoff = wal.syncpollholdoff
@@ -119,11 +130,15 @@ class WiremqServer:
             for scheme, listening in self.listening.items()
         }
 
-    def start(self) -> dict[str, int]:
-        """Open the store, restore what it holds, start listening; returns the bound ports."""
+    def start(
+        self, record_log: RecordLog | None = None, client_name: str | None = None
+    ) -> dict[str, int]:
+        """Open the store, restore what it holds, start listening; returns the bound ports.
+        ``record_log``, ``client_name``: in HA mode, the shared database's log and the name
+        of this process's connections (``server/ha.py``)."""
         data = Path(self.server.datadir)
         data.mkdir(parents=True, exist_ok=True)
-        self.store = open_store(self.settings)
+        self.store = open_store(self.settings, record_log, client_name)
         try:
             journal = data / JOURNAL_FOLDER
             self.core = Core(
@@ -310,6 +325,8 @@ class WiremqServer:
             "stomp_port": self.port,
             "config": self.config.path,
         }
+        if self.ha is not None:
+            state["ha"] = self.ha.state()
         return state
 
     @defer.inlineCallbacks

@@ -47,6 +47,7 @@ class ListeningServer(typing.Protocol):
     slow_subscribers: SlowSubscriberSettings
     egress_limits: tuple[QueueLimits, ...]
     transmit_bound: int
+    fenced: Callable[[], bool] | None  # HA: whether this node's lease may be gone
 
 
 class StompProtocol(Protocol):
@@ -74,6 +75,7 @@ class StompProtocol(Protocol):
             server.clock,
             server.listener.closegrace,
             server.slow_subscribers.window,
+            server.fenced,
         )
         assert server.core is not None  # made before any listener opens
         self.client = server.core.connect(

@@ -153,7 +153,8 @@ const Forms = (() => {
         ? el("table", { id: "message-headers" }, el("tbody", {}, headers.map(([k, v]) =>
           el("tr", {}, el("th", {}, k), el("td", {}, v)))))
         : el("p", { class: "muted" }, "none"),
-      el("h3", {}, message.encoding === "hex" ? "Body (binary, " + message.size + " bytes, as hex)" : "Body (text)"),
+      el("h3", {}, (message.encoding === "hex" ? "Body (binary, " + message.size + " bytes, as hex)" : "Body (text)")
+        + (message.body_truncated ? ": its first bytes only (Admin.messagebytes)" : "")),
       el("pre", { class: "body", id: "message-body", "data-encoding": message.encoding }, message.body),
       el("p", { class: "actions" }, el("a", { href: "#/story/" + encodeURIComponent(message.message_id),
         onclick: () => overlay.remove() }, "Life story"), " ",

@@ -69,6 +69,10 @@ class StoreWriter:
         self.log = runtime.log_writer()
         self.worker = runtime.worker("writer")
         self._changed = changed
+        # Run on the event loop before a record goes to the writer worker (HA mode: the
+        # journal's records so far go to its file first, on the same thread, so that every
+        # change a store holds is journaled however the process ends; server/ha.py).
+        self.before_write: Callable[[], None] | None = None
         self._waiting: Work = []
         self._running = False
         self.commits = 0  # for statistics
@@ -107,6 +111,8 @@ class StoreWriter:
                 ),
             )
         else:
+            if self.before_write is not None:
+                self.before_write()
             self.worker.submit(
                 lambda: store.write(pending),
                 lambda _: self._finish(work, pending),
@@ -187,6 +193,9 @@ class Persistence:
                 max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
             )
         )
+        # Messages stored before this process opened the store (a restart, an HA takeover)
+        # may have been delivered already: read back, they come flagged redelivered.
+        self.restored_upto: dict[str, int] = store.opened_positions()
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: set[SubscriptionKey] = set()  # those with a subscriber now
         # When each one's subscriber last left (epoch ms), since the server started.

@@ -112,6 +112,19 @@ def test_one_message_is_shown_whole_text_or_binary_in_memory_or_in_the_store(
     assert api.get(f"/api/destinations/{encoded(name)}")["messages"] == 32, "nothing taken"
 
 
+def test_one_message_over_messagebytes_is_shown_cut_with_its_whole_size(start_server, console_of):
+    """A body of any size is never sent whole to a browser: the first Admin.messagebytes
+    bytes, flagged, with the size of the whole (text cut inside a character stays text)."""
+    server = start_server(**{"Admin.messagebytes": "301"})
+    api = console_of(server)
+    name = "/queue/cut"
+    fill(server.port, name, ["é" * 400])  # 800 bytes; byte 301 ends inside a character
+    (listed,) = _pages(api, name, 10)[0]
+    shown = api.get(f"{_messages(name)}/{encoded(listed['message_id'])}")
+    assert shown["size"] == 800 and shown["body_truncated"] is True
+    assert shown["encoding"] == "text" and shown["body"] == "é" * 150
+
+
 def test_a_copy_goes_to_another_destination_and_the_original_stays(start_server, console_of):
     server = start_server(**SMALL_LIVE_BUFFER)
     api = console_of(server)
