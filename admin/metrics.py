@@ -21,6 +21,7 @@ from typing import Any
 from wiremq.modules.history import busiest
 from wiremq.modules.statistics import (
     DESTINATION,
+    DISK,
     GAUGE,
     NOT_EXPORTED,
     SERVER,
@@ -86,6 +87,9 @@ def exposition(state: State, most_destinations: int) -> str:
     watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state, exported)]
     for metric in WATERMARK:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
+    stores = [({"store": name}, d) for d in state.get("disk", ()) for name in d["stores"]]
+    for metric in DISK:
+        _family(lines, metric, [(labels, metric.read(d)) for labels, d in stores])
     refused = state.get("spool", {}).get("refused", {})
     _family(
         lines,

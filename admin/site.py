@@ -36,6 +36,7 @@ from wiremq.modules.history import History
 from wiremq.modules.persistence.cleanup import Periodic
 from wiremq.modules.security.permissions import permitted
 from wiremq.modules.security.users import Users, UsersFile
+from wiremq.server.descriptors import GatedFactory, SocketGate
 from wiremq.server.tls import TlsContextFactory
 from wiremq.server.version import installed_version
 
@@ -328,12 +329,18 @@ def _peer(request: Request) -> str:
 
 
 def listen_console(
-    reactor: Any, site: Site, port: int, host: str, tls: Any = None
+    reactor: Any, site: Site, port: int, host: str, tls: Any, max_connections: int
 ) -> IListeningPort:
-    """The console's listener: TCP, or TLS with ``tls`` (a context factory)."""
+    """The console's listener: TCP, or TLS with ``tls`` (a context factory, or None); with
+    ``max_connections`` (``Admin.maxconnections``) open it accepts no more until one
+    closes."""
+    gate = SocketGate(max_connections)
+    factory = GatedFactory(site, gate)
     if tls is not None:
-        return reactor.listenSSL(port, site, tls, interface=host)  # type: ignore[no-any-return]
-    return reactor.listenTCP(port, site, interface=host)  # type: ignore[no-any-return]
+        listening = reactor.listenSSL(port, factory, tls, interface=host)
+    else:
+        listening = reactor.listenTCP(port, factory, interface=host)
+    return gate.watch(listening)  # type: ignore[no-any-return]
 
 
 def start_console(server: WiremqServer, port: int | None = None) -> Console | None:
@@ -366,7 +373,7 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
     if admin.tls:
         where = server.config.path or "configuration"
         tls = TlsContextFactory(TlsSettings.read(server.settings, "TLS"), where)
-    listening = listen_console(server.reactor, site, port, host, tls)
+    listening = listen_console(server.reactor, site, port, host, tls, admin.maxconnections)
     server.listeners.append(listening)
     api.console_host = host
     api.console_port = listening.getHost().port  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ class ServerSettings(SettingsGroup):
     logformat: str
     packinterval: float
     recentevents: int
+    reservedfiledescriptors: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,12 @@ class ClientBounds(SettingsGroup):
 
     maxconnections: int
     maxconnectionsperaddress: int
+    maxpendingconnections: int
     connecttimeout: float
     maxconnectsize: int
     maxunfinishedbytes: int
+    discardbytes: int
+    discardtime: float
     maxsubscriptions: int
     maxtransactions: int
 
@@ -149,6 +153,20 @@ class HaSettings(SettingsGroup):
     renewinterval: float
     tryinterval: float
     margin: float
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSpaceSettings(SettingsGroup):
+    """DiskSpace: the free-disk watermark of each filesystem holding a store or the log."""
+
+    minfreebytes: int
+    resumefreebytes: int
+    maxusedpercent: int
+    resumeusedpercent: int
+    usagesetpercent: int
+    usageclearpercent: int
+    reservebytes: int
+    checkinterval: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +330,7 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    maxconnections: int
     tls: bool
     sessiontimeout: float
     sampleinterval: float

@@ -36,6 +36,18 @@ PARAMETERS = [
     ),
     Parameter(
         "Server",
+        "reservedfiledescriptors",
+        int,
+        64,
+        "File descriptors kept for the stores, the write-ahead log and the journal (new "
+        "log segments, journal files, packs): the listeners never take them, so that a "
+        "connection storm cannot make a persistent SEND fail",
+        unit="descriptors",
+        minimum=8,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "Server",
         "recentevents",
         int,
         1000,
@@ -166,6 +178,18 @@ PARAMETERS += [
     ),
     Parameter(
         "StompListener",
+        "maxpendingconnections",
+        int,
+        1000,
+        "Sockets the STOMP and WebSocket listeners keep open at once beyond maxconnections "
+        "(not yet CONNECTed, or being refused); with them all open the listeners accept no "
+        "more until one closes, so that the stores keep their file descriptors",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
         "connecttimeout",
         float,
         10.0,
@@ -197,6 +221,29 @@ PARAMETERS += [
         unit="bytes",
         minimum=MIB,
         maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardbytes",
+        int,
+        256 * MIB,
+        "Bytes still read (and thrown away) of a frame refused for its size before the "
+        "connection closes, so that a client that is writing it finishes and reads the "
+        "ERROR; a frame with more left is cut off (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardtime",
+        float,
+        10.0,
+        "Longest time the rest of a frame refused for its size is read (and thrown away) "
+        "before the connection closes",
+        unit="s",
+        minimum=0.1,
+        maximum=600.0,
     ),
     Parameter(
         "StompListener",
@@ -357,6 +404,106 @@ for _group, _file, _what in (
             live=True,
         ),
     ]
+# -- free disk space where the stores and the log are ---------------------------------------
+PARAMETERS += [
+    Parameter(
+        "DiskSpace",
+        "minfreebytes",
+        int,
+        128 * MIB,
+        "Persistent producers are stopped (not read) while a filesystem holding a store or "
+        "the write-ahead log has less free space than this",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumefreebytes",
+        int,
+        192 * MIB,
+        "Stopped persistent producers are read again once that filesystem has this much "
+        "free space again",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "maxusedpercent",
+        int,
+        -1,
+        "Persistent producers are also stopped while such a filesystem is this full",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumeusedpercent",
+        int,
+        -1,
+        "They are read again once it is no fuller than this",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usagesetpercent",
+        int,
+        80,
+        "Disk usage (of the space in use where producers are stopped) at which a usage "
+        "event is raised",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usageclearpercent",
+        int,
+        60,
+        "Disk usage at which the usage event is cleared",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "reservebytes",
+        int,
+        16 * MIB,
+        "Space kept in a file on each such filesystem and given back when it is full, so "
+        "that acknowledgements, the databases' catch-up with the log and a start can "
+        "still write (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 40,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "checkinterval",
+        float,
+        1.0,
+        "Time between two looks at the free space of those filesystems",
+        unit="s",
+        minimum=0.01,
+        maximum=60.0,
+        live=True,
+    ),
+]
 # -- the write-ahead log in front of the stores' databases ---------------------------------
 PARAMETERS += [
     Parameter(
@@ -1232,6 +1379,17 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "maxconnections",
+        int,
+        64,
+        "Connections the console keeps open at once; with them all open it accepts no more "
+        "until one closes",
+        unit="connections",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
         "tls",
         bool,
         False,
@@ -1409,9 +1567,10 @@ PARAMETERS += [
         "Security",
         "usersfilecheckinterval",
         float,
-        1.0,
-        "How often the server looks whether the users file changed; the permissions of "
-        "connected clients follow the change",
+        0.5,
+        "How often the server looks whether the users file changed; connected clients "
+        "follow the change: a subscription that lost read ends with an ERROR naming it, a "
+        "removed user's connections are closed",
         unit="s",
         minimum=0.1,
         maximum=3600.0,
@@ -1646,6 +1805,23 @@ RELATIONS += [
         "MessageSpool.usageclearpercent",
         "MessageSpool.usagesetpercent",
         "the spool usage event is cleared at or below where it is raised",
+    ),
+    Order(
+        "DiskSpace.minfreebytes",
+        "DiskSpace.resumefreebytes",
+        "producers stopped for lack of disk space are read again at or above where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.resumeusedpercent",
+        "DiskSpace.maxusedpercent",
+        "producers stopped for a full disk are read again at or below where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.usageclearpercent",
+        "DiskSpace.usagesetpercent",
+        "the disk usage event is cleared at or below where it is raised",
     ),
     Order(
         "SlowSubscriber.warnshare",

@@ -8,7 +8,6 @@ them all.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.client.connection import ClientConnection, ConnectionServices
+from wiremq.modules.client.connection import Admissions, ClientConnection, ConnectionServices
 from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
@@ -41,6 +40,7 @@ from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
 from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
@@ -78,17 +78,21 @@ class Core:
         journal_folder: Path | None = None,
         memory_levels: list[LevelSpec] | None = None,
         measure_memory: Callable[[], int] | None = None,
+        disk: DiskSpace | None = None,
     ) -> None:
         """``journal_folder``: where the audit journal is written (none: not written);
         ``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
-        process's resident bytes (None: MemWatch goes by its estimate)."""
+        process's resident bytes (None: MemWatch goes by its estimate); ``disk``: the
+        free-disk watermark of the stores' filesystems (None: none)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
         self.ids = Ids()
         self.pipelines = Pipelines()
         destinations: list[Destinations] = []  # made below: the flow control asks it later
-        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.flow = FlowControl(
+            settings, lambda domain: destinations[0].blocking_producers(domain), disk
+        )
         self.journal = (
             RecordingJournal(settings, runtime, journal_folder, self.flow)
             if journal_folder is not None
@@ -145,6 +149,7 @@ class Core:
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
+            self.persistence.writer.on_segment = self.flow.disk.check
         bounds = ClientBounds.read(settings, "StompListener")
         self.transactions = TransactionManager(
             bounds.maxtransactions,
@@ -160,6 +165,7 @@ class Core:
         self.clients: set[ClientConnection] = set()
         self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
         self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
+        self._users_followed = self.users.generation  # the users file the clients follow
         self.memwatch = MemWatch(
             memwatch,
             build_memory_levels(
@@ -196,7 +202,7 @@ class Core:
             runtime,
             self.ids,
             self.clients,
-            Counter(),
+            Admissions(),
             self.unfinished,
             bounds,
             self.memwatch,
@@ -231,6 +237,19 @@ class Core:
         self.replays.configure(self.settings)
         if self.store is not None:
             self.spool.store_changed([d.name for d in self.destinations])
+
+    def follow_users(self) -> None:
+        """Read the users file again if it changed; the connected clients' rights then
+        follow it (``ClientConnection.rights_changed``). Without a users file (removed)
+        everyone may do everything, as new connections find."""
+        self.authenticator.refresh()
+        users = self.users
+        if users.generation == self._users_followed:
+            return
+        self._users_followed = users.generation
+        if users.configured:
+            for client in list(self.clients):
+                client.rights_changed()
 
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""
@@ -338,6 +357,7 @@ class Core:
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
+            "disk": self.flow.disk.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
             "journal": self.journal.statistics(),
             "totals": {

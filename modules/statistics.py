@@ -1,12 +1,12 @@
 """The server's statistics, declared once: what ``/metrics`` exports and the console charts.
 
 Each ``Statistic`` reads one figure from the query API's state (``flow_state``):
-the whole server's (``SERVER``), one destination's (``DESTINATION``) or one
-watermark's (``WATERMARK``). ``admin/metrics.py`` exports every one under its
-Prometheus name; ``modules/history.py`` samples those with a ``chart`` name
-for the console's charts, a counter as its rate (its change per second). A new
-figure is one entry here, and is both exported and, if it has a chart name,
-charted.
+the whole server's (``SERVER``), one destination's (``DESTINATION``), one
+watermark's (``WATERMARK``) or one store's disk (``DISK``). ``admin/metrics.py``
+exports every one under its Prometheus name; ``modules/history.py`` samples those
+with a ``chart`` name for the console's charts, a counter as its rate (its change
+per second). A new figure is one entry here, and is both exported and, if it has a
+chart name, charted.
 """
 
 from __future__ import annotations
@@ -274,6 +274,22 @@ NOT_EXPORTED = Statistic(
     GAUGE,
     "Destinations left out of the per-destination series (Admin.metricsdestinations)",
     at(),
+)
+
+DISK = (  # each store's disk (and the write-ahead log's): the free-disk watermark
+    Statistic(
+        "wiremq_disk_free_bytes",
+        GAUGE,
+        "Free space of the filesystem holding a store (or the write-ahead log)",
+        at("free_bytes"),
+    ),
+    Statistic("wiremq_disk_total_bytes", GAUGE, "Size of that filesystem", at("total_bytes")),
+    Statistic(
+        "wiremq_disk_producers_held",
+        GAUGE,
+        "1 while persistent producers are stopped for lack of space there",
+        at("producers_held"),
+    ),
 )
 
 SPOOL_REFUSED = Statistic(

@@ -256,6 +256,11 @@ def config_check(path: str) -> int:
         print(str(problem), file=sys.stderr)
     if problems:
         return 1
+    from wiremq.server.descriptors import check_descriptors
+
+    short = check_descriptors(config.settings)
+    if short is not None:
+        print(f"{path}: warning: {short}", file=sys.stderr)
     print(f"{path}: valid")
     return 0
 

@@ -5,14 +5,20 @@ mode the log in the shared database instead (``server/ha.py``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from wiremq.config.groups import ServerSettings, StoreSettings, WalSettings
 from wiremq.config.settings import Settings
+from wiremq.modules.domains import P2P, PUBSUB
+from wiremq.modules.flow.disk import Watched
 from wiremq.stores.messagestore import RecordLog, WalStore
 from wiremq.stores.storage import Location
+from wiremq.stores.wal import log_bytes
 
 DEFAULT_FILES = {"PersQueueFileStore": "persqueue.fs", "TopicFileStore": "topics.fs"}
+DOMAINS = {"PersQueueFileStore": frozenset({P2P}), "TopicFileStore": frozenset({PUBSUB})}
 WAL_FOLDER = "wal"
 
 
@@ -42,3 +48,15 @@ def open_store(
         segment_bytes=wal.segmentsize,
         catch_up_bytes=wal.catchupsize,
     )
+
+
+def watched(settings: Settings) -> list[Watched]:
+    """The log and each store kept in a local file, for the free-disk watermark."""
+    data = Path(ServerSettings.read(settings, "Server").datadir).resolve()
+    wal = data / WAL_FOLDER
+    found = [Watched("wal", wal, frozenset({P2P, PUBSUB}), partial(log_bytes, wal))]
+    for group, domains in DOMAINS.items():
+        parts = urlsplit(location(settings, group).uri)
+        if parts.scheme in ("", "file"):
+            found.append(Watched(group, Path(parts.path).parent, domains))
+    return found

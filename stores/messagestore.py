@@ -191,6 +191,7 @@ class WalStore:
         # most, so what it keeps alive is bounded by one commit.
         self._held: _Record | None = None
         self._catch_up_bytes = catch_up_bytes
+        self._unprepared = False  # the last catch-up could not prepare the next segment
         if isinstance(log, Path):
             if segment_bytes is None:
                 raise ValueError("a log in a folder needs segment_bytes")
@@ -409,7 +410,14 @@ class WalStore:
         and prepare the next one. Returns how many transactions were applied."""
         transactions, _, _ = self._apply(self._wal.durable_lsn, self._clock() + max_seconds)
         self._wal.release(self._applied())
-        self._wal.prepare()
+        try:
+            self._wal.prepare()
+        except OSError as error:  # a full disk: the next catch-up tries again
+            if not self._unprepared:
+                log.warning("wal.prepare_failed", error=str(error))
+            self._unprepared = True
+        else:
+            self._unprepared = False
         return transactions
 
     def pack(self) -> None:

@@ -297,6 +297,33 @@ class SessionSubscriptions:
         for subscription in list(self.by_id.values()):
             self.detach(subscription)
 
+    def review(self) -> list[Subscription]:
+        """The users file changed: each subscription whose client may no longer read its
+        destination ends (what it had not acknowledged goes back to its queue), and is
+        returned for its client to be told; a wildcard subscription leaves the
+        destinations it may no longer read and goes on."""
+        access = self.access
+        if access is None:
+            return []
+        ended = []
+        for subscription in list(self.by_id.values()):
+            target = subscription.destination
+            if isinstance(target, Wildcard):
+                for name in target.review():
+                    log.info(
+                        "subscription.left", subscription=subscription.sub_id, destination=name
+                    )
+            elif not access.allows(READ, target.name):
+                log.info(
+                    "subscription.revoked",
+                    subscription=subscription.sub_id,
+                    destination=target.name,
+                    session=self.session_id,
+                )
+                self.detach(subscription)
+                ended.append(subscription)
+        return ended
+
     def disconnect_slow(self, subscription: Subscription) -> None:
         """A subscriber under the ``disconnect`` policy fell behind: its client is dropped."""
         subscription = self.by_id.get(subscription.sub_id, subscription)  # a wildcard's

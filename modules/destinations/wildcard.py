@@ -101,6 +101,19 @@ class Wildcard:
             member = self.members[name] = Member(self.subscription, destination)
             destination.subscribe(member)  # type: ignore[arg-type]
 
+    def review(self) -> list[str]:
+        """The client's permissions changed: the subscription leaves the destinations it
+        may no longer read (their deliveries not yet written taken back, what it had not
+        acknowledged of them back in their queues); their names are returned."""
+        access = self.access
+        if access is None:
+            return []
+        lost = [name for name in self.members if not access.allows(READ, name)]
+        for name in lost:
+            member = self.members.pop(name)
+            member.destination.unsubscribe(member, self.subscription.leave(name))  # type: ignore[arg-type]
+        return lost
+
     def consumer_ready(self) -> None:
         for member in list(self.members.values()):
             member.destination.consumer_ready()

@@ -75,6 +75,9 @@ class StoreWriter:
         self.before_write: Callable[[], None] | None = None
         self._waiting: Work = []
         self._running = False
+        # A record started a new log segment: the free-disk watermark looks at the disk
+        # then as well as on its timer, so a fast producer cannot fill it in between.
+        self.on_segment: Callable[[], None] = lambda: None
         self.commits = 0  # for statistics
         self.transactions = 0
 
@@ -115,9 +118,13 @@ class StoreWriter:
                 self.before_write()
             self.worker.submit(
                 lambda: store.write(pending),
-                lambda _: self._finish(work, pending),
+                lambda _: self._segment_started(work, pending),
                 lambda error: self._abandon(work, pending, error),
             )
+
+    def _segment_started(self, work: Work, pending: PendingCommit) -> None:
+        self._finish(work, pending)
+        self.on_segment()
 
     def _abandon(
         self,

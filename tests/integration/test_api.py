@@ -445,9 +445,10 @@ def test_a_session_unused_past_the_timeout_ends(with_users):
 
 
 def _gate(server):
-    """The console's gate (its sessions), found through the listener's site."""
+    """The console's gate (its sessions), found through the listener's site (wrapped in
+    the factory that counts the console's sockets)."""
     (listener,) = server.listeners
-    return listener.factory.resource.gate
+    return listener.factory.wrappedFactory.resource.gate
 
 
 def test_without_a_users_file_the_console_listens_on_localhost_only(reactor, start_server):

@@ -114,6 +114,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.QueueStoreSettings: [("PersQueueFileStore", "")],
     groups.WalSettings: [("WriteAheadLog", "")],
     groups.HaSettings: [("HA", "")],
+    groups.DiskSpaceSettings: [("DiskSpace", "")],
     groups.ReplaySettings: [("TopicFileStore", "")],
     groups.LiveBufferSettings: [("DestinationManager", "")],
     groups.IdleDestinationSettings: [("DestinationManager", "")],
