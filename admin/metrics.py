@@ -4,6 +4,12 @@ Names follow Prometheus' conventions: the ``wiremq_`` prefix, base units in
 the name (``_bytes``, ``_seconds``, ``_ratio``), ``_total`` for counters. What
 is exported is the table of statistics the console's charts read too
 (``modules/statistics.py``): a new figure is one entry there.
+
+A scrape stays bounded however many destinations there are: the
+per-destination series (and the destinations' own watermarks) are those of
+the ``Admin.metricsdestinations`` busiest (holding the most messages, as the
+charts choose them); ``wiremq_destinations_not_exported`` counts the others,
+whose messages still count in the server's totals.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from wiremq.modules.history import busiest
 from wiremq.modules.statistics import (
     DESTINATION,
     DISK,
     GAUGE,
+    NOT_EXPORTED,
     SERVER,
     SPOOL_REFUSED,
     WATERMARK,
@@ -55,9 +63,10 @@ HA_ROLE = Statistic(
 )
 
 
-def exposition(state: State) -> str:
+def exposition(state: State, most_destinations: int) -> str:
     """The text of ``/metrics`` for one state of the server (on an HA standby, which serves
-    nothing, its HA part alone)."""
+    nothing, its HA part alone), with the per-destination series of the
+    ``most_destinations`` busiest destinations."""
     lines: list[str] = []
     if "ha" in state:
         for metric in HA:
@@ -68,13 +77,14 @@ def exposition(state: State) -> str:
         return "\n".join(lines) + "\n"
     for metric in SERVER:
         _family(lines, metric, [({}, metric.read(state))])
-    destinations = [
-        ({"destination": d["name"], "kind": d["kind"]}, d)
-        for d in (*state["queues"], *state["topics"])
-    ]
+    everyone = (*state["queues"], *state["topics"])
+    shown = {id(d) for d in busiest(everyone, most_destinations)}
+    exported = [d for d in everyone if id(d) in shown]  # in the state's order
+    _family(lines, NOT_EXPORTED, [({}, len(everyone) - len(exported))])
+    destinations = [({"destination": d["name"], "kind": d["kind"]}, d) for d in exported]
     for metric in DESTINATION:
         _family(lines, metric, [(labels, metric.read(d)) for labels, d in destinations])
-    watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state)]
+    watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state, exported)]
     for metric in WATERMARK:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
     stores = [({"store": name}, d) for d in state.get("disk", ()) for name in d["stores"]]
@@ -89,10 +99,10 @@ def exposition(state: State) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _watermarks(state: State) -> list[Mapping[str, Any]]:
-    """Every watermark once: the global ones, then each destination's own."""
+def _watermarks(state: State, destinations: Iterable[State]) -> list[Mapping[str, Any]]:
+    """Every watermark once: the global ones, then each of ``destinations``' own."""
     seen: dict[str, Mapping[str, Any]] = {w["name"]: w for w in state["watermarks"]}
-    for destination in (*state["queues"], *state["topics"]):
+    for destination in destinations:
         for watermark in destination["watermarks"]:
             seen.setdefault(watermark["name"], watermark)
     return list(seen.values())

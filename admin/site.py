@@ -222,7 +222,8 @@ class Console(Resource):
             raise HttpError(400, f"the body is not valid JSON: {error}") from None
 
     def _metrics(self) -> bytes:
-        return metrics.exposition(self.api.metrics_state()).encode()
+        state = self.api.metrics_state()
+        return metrics.exposition(state, self.api.admin.metricsdestinations).encode()
 
     # -- pages -----------------------------------------------------------------------------
 

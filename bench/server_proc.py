@@ -81,7 +81,8 @@ class ServerStartError(RuntimeError):
 class ManagedServer:
     """``wiremq serve`` on 127.0.0.1:<free port> with a temporary data directory.
 
-    ``settings`` are ``GROUP.NAME=VALUE`` parameter overrides, each passed as ``--set``.
+    ``settings`` are ``GROUP.NAME=VALUE`` parameter overrides, each passed as ``--set``;
+    ``admin_port`` is the console's (0: none).
     """
 
     def __init__(
@@ -90,12 +91,14 @@ class ManagedServer:
         settings: Sequence[str] = (),
         host: str = "127.0.0.1",
         start_timeout: float = 30.0,
+        admin_port: int = 0,
     ) -> None:
         self.executable = executable
         self.settings = settings
         self.host = host
         self.port = 0
         self.start_timeout = start_timeout
+        self.admin_port = admin_port
         self.workdir = Path(tempfile.mkdtemp(prefix="wiremq-bench-"))
         self.log_path = self.workdir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -117,7 +120,7 @@ class ManagedServer:
             "--data",
             str(self.workdir / "data"),
             "--admin-port",
-            "0",
+            str(self.admin_port),
             *(arg for setting in self.settings for arg in ("--set", setting)),
         ]
 

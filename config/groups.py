@@ -140,6 +140,7 @@ class WalSettings(SettingsGroup):
     catchupinterval: float
     catchuptime: float
     syncpoll: float
+    syncpollholdoff: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +336,7 @@ class AdminSettings(SettingsGroup):
     sampleinterval: float
     history: float
     chartdestinations: int
+    metricsdestinations: int
     browsebytes: int
     messagebytes: int
     countlimit: int

@@ -565,6 +565,19 @@ PARAMETERS += [
         maximum=0.01,
         live=True,
     ),
+    Parameter(
+        "WriteAheadLog",
+        "syncpollholdoff",
+        float,
+        0.5,
+        "How long a thread stops polling around the log's syncs once the scheduler has cut "
+        "one of its polls short for another task: on a busy machine polling delays the "
+        "producers instead of waking them sooner",
+        unit="s",
+        minimum=0.0,
+        maximum=600.0,
+        live=True,
+    ),
 ]
 
 PARAMETERS += [
@@ -1424,6 +1437,18 @@ PARAMETERS += [
         unit="destinations",
         minimum=0,
         maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
+        "metricsdestinations",
+        int,
+        100,
+        "Destinations /metrics gives series of their own (those with the most messages at "
+        "the scrape); the others count in the server's totals only",
+        unit="destinations",
+        minimum=0,
+        maximum=100_000,
+        live=True,
     ),
     Parameter(
         "Admin",

@@ -11,7 +11,9 @@ the table ``/metrics`` exports too).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from wiremq.modules.rates import Rates
@@ -75,6 +77,12 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def busiest(destinations: Iterable[State], count: int) -> list[State]:
+    """The ``count`` destinations holding the most messages (then: that received the most),
+    busiest first: the ones the charts and ``/metrics`` show when there are too many."""
+    return heapq.nlargest(count, destinations, key=lambda d: (d["messages"], d["received"]))
+
+
 class History:
     """The server's and the busiest destinations' figures over the last ``span`` seconds,
     sampled every ``interval`` seconds."""
@@ -99,9 +107,7 @@ class History:
         those left out for a whole span are forgotten."""
         self.server.add(now, state)
         self.rates.sample(now, state)
-        everyone = [*state["queues"], *state["topics"]]
-        busiest = sorted(everyone, key=lambda d: (d["messages"], d["received"]), reverse=True)
-        for destination in busiest[: self.kept]:
+        for destination in busiest((*state["queues"], *state["topics"]), self.kept):
             track = self.destinations.get(destination["name"])
             if track is None:
                 track = self.destinations[destination["name"]] = Track(

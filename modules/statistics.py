@@ -269,6 +269,13 @@ WATERMARK = (
     Statistic("wiremq_watermark_trips_total", COUNTER, "Times a watermark tripped", at("trips")),
 )
 
+NOT_EXPORTED = Statistic(
+    "wiremq_destinations_not_exported",
+    GAUGE,
+    "Destinations left out of the per-destination series (Admin.metricsdestinations)",
+    at(),
+)
+
 DISK = (  # each store's disk (and the write-ahead log's): the free-disk watermark
     Statistic(
         "wiremq_disk_free_bytes",

@@ -8,6 +8,8 @@
  *     .prepare(seconds)          a write is coming: wake the thread now, to wait for it
  *                                by polling for up to `seconds`
  *     .result() -> int | None    None while it runs; then 0 or the errno it failed with
+ *     .preempted -> int          how many of its polls the kernel cut short for another
+ *                                task (an involuntary context switch)
  *     .close()                   finish the write in hand, end the thread
  *
  * The write-ahead log's durability point is one pwrite and one fdatasync. Made
@@ -28,6 +30,9 @@
  * that time. Past it, `prepare`, called while a record is still being made,
  * wakes the thread to poll for the write, so that its waking overlaps the
  * making. A write that does not come in time finds the thread asleep again.
+ * Polling only pays on a CPU nothing else wants: a poll the scheduler ended to
+ * run another task (counted in `preempted`) tells the caller to stop asking for
+ * polls for a while (server/syncpoll.py).
  *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
@@ -39,6 +44,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +64,7 @@ typedef struct {
                       read without the lock, atomically, by the thread's polling) */
     long long prepared_ns; /* `prepare` asked the thread to poll this long for a write */
     long long poll_ns;     /* the write in hand's `poll`: how long to poll for the next */
+    long preempted; /* polls cut short by an involuntary switch (atomic, no lock) */
     int finished;  /* the write in hand is done; `error` says how */
     int error;
     /* the write in hand: set by `write`, read by the thread, released by `result` */
@@ -126,21 +133,34 @@ now_ns(void)
     return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
 }
 
-/* Poll for a write for up to `ns` nanoseconds (without the lock); whether one came. */
-static int
+/* Involuntary context switches of the calling thread so far. */
+static long
+involuntary_switches(void)
+{
+    struct rusage usage;
+    return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
+}
+
+/* Poll for a write for up to `ns` nanoseconds (without the lock), counting in
+ * `preempted` a poll the scheduler interrupted for another task. */
+static void
 poll_for_write(SyncThread *self, long long ns)
 {
+    long switches = involuntary_switches();
     long long until = now_ns() + ns;
     for (unsigned turn = 0;; turn++) {
         if (__atomic_load_n(&self->handed, __ATOMIC_ACQUIRE)) {
-            return 1;
+            break;
         }
         if ((turn & 63) == 63 && now_ns() >= until) {
-            return 0;
+            break;
         }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+    }
+    if (involuntary_switches() != switches) {
+        __atomic_add_fetch(&self->preempted, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -376,6 +396,18 @@ static PyMethodDef SyncThread_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+SyncThread_get_preempted(SyncThread *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(__atomic_load_n(&self->preempted, __ATOMIC_RELAXED));
+}
+
+static PyGetSetDef SyncThread_getset[] = {
+    {"preempted", (getter)SyncThread_get_preempted, NULL,
+     "how many of the thread's polls an involuntary context switch cut short", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject SyncThreadType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "wiremq.server._syncthread.SyncThread",
@@ -386,6 +418,7 @@ static PyTypeObject SyncThreadType = {
     .tp_init = (initproc)SyncThread_init,
     .tp_dealloc = (destructor)SyncThread_dealloc,
     .tp_methods = SyncThread_methods,
+    .tp_getset = SyncThread_getset,
 };
 
 static struct PyModuleDef module = {

@@ -102,9 +102,8 @@ class WiremqServer:
         self.settings = settings = config.settings
         self.clock: Callable[[], float] = time.monotonic
         self.outbox = Outbox()
-        self.runtime = TwistedRuntime(
-            reactor, self.outbox, WalSettings.read(settings, "WriteAheadLog").syncpoll
-        )
+        wal = WalSettings.read(settings, "WriteAheadLog")
+        self.runtime = TwistedRuntime(reactor, self.outbox, wal.syncpoll, wal.syncpollholdoff)
         self.connections: set[StompProtocol] = set()
         self.listening: dict[str, IListeningPort] = {}  # by scheme: stomp, stomp+ssl, ws, wss
         self.listeners: list[IListeningPort] = []  # others (the console): closed at stop
@@ -136,7 +135,9 @@ class WiremqServer:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
         if "WriteAheadLog" in groups and self.ha is None:  # HA: no local log to poll around
-            self.runtime.sync_poll = WalSettings.read(self.settings, "WriteAheadLog").syncpoll
+            wal = WalSettings.read(self.settings, "WriteAheadLog")
+            self.runtime.sync_poll = wal.syncpoll
+            self.runtime.sync_poll_holdoff = wal.syncpollholdoff
         for cleanup in self.cleanups:
             cleanup.interval_changed()
 

@@ -139,6 +139,8 @@ class SyncThreadLogWriter:
         self._drains: list[defer.Deferred[None]] = []
         self._handed_at = 0.0  # time.perf_counter() when the write in hand was handed over
         self._last_sync = 0.0  # how long the last write took, in seconds
+        self._thread_preempted = 0  # the thread's preempted polls, as last seen
+        self._thread_held_until = 0.0  # the thread does not poll before this
         runtime.reactor.addReader(self)
         self._poller = SyncPoller.install(runtime.reactor)
 
@@ -156,9 +158,9 @@ class SyncThreadLogWriter:
 
     def _hand_over(self) -> None:
         fd, offset, parts, done, failed = self._waiting.popleft()
-        self._thread.write(fd, offset, parts, self.runtime.sync_poll)
-        self._in_hand = (done, failed)
         self._handed_at = time.perf_counter()
+        self._thread.write(fd, offset, parts, self._thread_poll(self._handed_at))
+        self._in_hand = (done, failed)
         if self._last_sync <= self.runtime.sync_poll:  # a slower disk: polling is no use
             self._poll_from(self._handed_at)  # for the sync's end
 
@@ -166,14 +168,25 @@ class SyncThreadLogWriter:
         """Have the event loop poll rather than sleep for ``sync_poll`` past ``start``."""
         limit = self.runtime.sync_poll
         if self._poller is not None and limit:
-            self._poller.poll_until(start + limit)
+            self._poller.poll_from(start, limit, self.runtime.sync_poll_holdoff)
+
+    def _thread_poll(self, now: float) -> float:
+        """How long the sync thread may poll for its next write: ``sync_poll``, or 0 while
+        a poll of its that was preempted holds its polling off (``syncpoll``)."""
+        preempted = self._thread.preempted
+        if preempted != self._thread_preempted:
+            self._thread_preempted = preempted
+            self._thread_held_until = now + self.runtime.sync_poll_holdoff
+        return self.runtime.sync_poll if now >= self._thread_held_until else 0.0
 
     def prepare(self) -> None:
         """Wake the idle thread now (unless it still polls after its last write), so that
         it waits for the write by polling (for up to ``sync_poll``) while the record is
         made: the write then finds it awake."""
         if self._in_hand is None and self.runtime.sync_poll:
-            self._thread.prepare(self.runtime.sync_poll)
+            poll = self._thread_poll(time.perf_counter())
+            if poll:
+                self._thread.prepare(poll)
 
     def doRead(self) -> None:
         """The thread finished a write: report it (and hand it the next one first)."""
@@ -236,12 +249,17 @@ class TwistedRuntime:
     that asks for another while they run gets it in the same run, not a turn later (the
     group commit closes its batch that way once a read is handled)."""
 
-    def __init__(self, reactor: Any, outbox: Outbox, sync_poll: float = 0.0) -> None:
+    def __init__(
+        self, reactor: Any, outbox: Outbox, sync_poll: float = 0.0, sync_poll_holdoff: float = 0.0
+    ) -> None:
         """``sync_poll``: how long the event loop may poll instead of sleeping around the
-        log's syncs (``WriteAheadLog.syncpoll``; ``syncpoll.SyncPoller``), changeable."""
+        log's syncs (``WriteAheadLog.syncpoll``; ``syncpoll.SyncPoller``);
+        ``sync_poll_holdoff``: how long a thread whose poll was preempted stops polling
+        (``syncpollholdoff``); both changeable."""
         self.reactor = reactor
         self.outbox = outbox
         self.sync_poll = sync_poll
+        self.sync_poll_holdoff = sync_poll_holdoff
         self.workers: dict[str, ThreadWorker] = {}
         self.shared: dict[str, str] = {}  # a worker's name -> the worker that runs its calls
         self._soon: deque[Callable[[], None]] = deque()

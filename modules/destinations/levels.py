@@ -15,6 +15,10 @@ priority looks at one deque. While a queue dispatches the plain way nothing
 is taken out of the middle, so its list ``checks`` no ``home``: the plain
 path neither sets nor reads it (``Queue._set_selective`` sets it when that
 changes).
+
+A level gets its deque when a message first comes to it (the default level
+at once): an empty deque takes about 700 bytes, and most queues only ever
+see the default priority (100,000 queues held 7.8 KB each in ten deques).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY
 
@@ -31,6 +35,8 @@ if TYPE_CHECKING:
 
 PRIORITIES = 10
 GROWTH = 1024  # entries appended between two compactions at least (amortizes them)
+# A level no message came to yet: empty, and a tuple, so that writing to it fails loudly.
+UNUSED = cast("deque[Message]", ())
 
 
 def _arrival(message: Message) -> int:
@@ -52,7 +58,8 @@ class Levels:
     __slots__ = ("levels", "high", "low", "home", "checks", "appended", "compact_at")
 
     def __init__(self, home: bool) -> None:
-        self.levels: list[deque[Message]] = [deque() for _ in range(PRIORITIES)]
+        self.levels: list[deque[Message]] = [UNUSED] * PRIORITIES
+        self.levels[JMS_DEFAULT_PRIORITY] = deque()
         self.high = self.low = JMS_DEFAULT_PRIORITY
         self.home = home  # entries are live while their message's home is this object
         self.checks = True  # False: every entry is live (a plain queue's list)
@@ -68,13 +75,18 @@ class Levels:
     def append(self, message: Message) -> None:
         """Add a message that arrived after every one listed at its priority."""
         priority = message.level
-        self.levels[priority].append(message)
+        level = self.levels[priority]
+        if level is UNUSED:
+            level = self.levels[priority] = deque()
+        level.append(message)
         self._widen(priority)
 
     def insert(self, message: Message) -> None:
         """Add a message at its place by arrival (one coming back, or read out of order)."""
         priority = message.level
         level = self.levels[priority]
+        if level is UNUSED:
+            level = self.levels[priority] = deque()
         if not level or message.arrival > level[-1].arrival:
             level.append(message)
         elif message.arrival < level[0].arrival:
@@ -153,7 +165,8 @@ class Levels:
         """Remove and return every live message, in delivery order."""
         messages = list(self)
         for level in self.levels:
-            level.clear()
+            if level:
+                level.clear()
         self.high = self.low = JMS_DEFAULT_PRIORITY
         return messages
 

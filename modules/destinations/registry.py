@@ -112,6 +112,8 @@ class Destinations:
         if id(registry.get(name)) != id(destination):
             return  # already gone (a new one of its name may be there)
         del registry[name]
+        for producer in destination.producers:
+            destination.unlist(producer)
         self.retired_received += destination.received
         self.retired_delivered += destination.delivered
         self.services.fates.retire(name)
@@ -137,9 +139,8 @@ class Destinations:
 
     def forget_producer(self, producer: Producer) -> None:
         """A client went away: it is no longer a producer anywhere."""
-        for destination in self:
-            if producer in destination.producers:
-                destination.remove_producer(producer)
+        for destination in list(self.services.sending.get(producer, ())):
+            destination.remove_producer(producer)
         self.services.flow.forget(producer)
 
     def restore(self, queues: dict[str, int]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import select
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -48,8 +50,8 @@ def pipe_poller() -> Iterator[tuple[SyncPoller, RecordingEpoll, int, int]]:
 
 def test_within_a_window_an_event_is_found_by_polling_without_sleeping(pipe_poller) -> None:
     poller, epoll, readable, writable = pipe_poller
-    poller.poll_until(time.perf_counter() + 5.0)
-    poller.poll_until(time.perf_counter())  # an earlier time does not shorten it
+    poller.poll_from(time.perf_counter(), 5.0, 0.0)
+    poller.poll_from(time.perf_counter(), 0.0, 0.0)  # an earlier time does not shorten it
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     events = poller.poll(-1, 10)
     assert events == [(readable, select.EPOLLIN)]
@@ -61,7 +63,7 @@ def test_with_no_window_the_loop_sleeps_at_once(pipe_poller) -> None:
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     assert poller.poll(2.0, 10)  # never told to poll
     os.read(poller.epoll.epoll.poll(0)[0][0], 1)
-    poller.poll_until(time.perf_counter() - 1.0)  # a time that has passed
+    poller.poll_from(time.perf_counter() - 1.0, 0.0, 0.0)  # a time that has passed
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     assert poller.poll(2.0, 10)
     assert len(epoll.timeouts) == 2 and all(1.9 < t <= 2.0 for t in epoll.timeouts)
@@ -69,7 +71,7 @@ def test_with_no_window_the_loop_sleeps_at_once(pipe_poller) -> None:
 
 def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_until(time.perf_counter() + 0.05)
+    poller.poll_from(time.perf_counter(), 0.05, 0.0)
     started = time.perf_counter()
     assert poller.poll(0.3, 10) == []
     took = time.perf_counter() - started
@@ -79,7 +81,7 @@ def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> No
 
 def test_a_timeout_shorter_than_the_window_is_kept(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_until(time.perf_counter() + 5.0)
+    poller.poll_from(time.perf_counter(), 5.0, 0.0)
     started = time.perf_counter()
     assert poller.poll(0.05, 10) == []
     assert time.perf_counter() - started < 1.0
@@ -108,7 +110,7 @@ def test_an_ha_deadline_is_never_slept_past_and_once_past_no_event_is_handed_out
 
 def test_a_poll_asked_not_to_wait_is_passed_on_once(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_until(time.perf_counter() + 5.0)
+    poller.poll_from(time.perf_counter(), 5.0, 0.0)
     assert poller.poll(0, 10) == []
     assert epoll.timeouts == [0]
 
@@ -200,3 +202,83 @@ def test_the_servers_window_is_the_parameter_and_changes_at_run_time(console) ->
     assert server.runtime.sync_poll == 0.0
     api.set_parameter("WriteAheadLog.syncpoll", 0.002)
     assert server.runtime.sync_poll == 0.002
+
+
+@pytest.fixture
+def contended_cpu() -> Iterator[None]:
+    """The calling thread (and the threads it starts) shares one CPU with a process that
+    never sleeps, so a thread that polls there is preempted within a time slice."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+
+
+def test_a_preempted_poll_holds_the_loops_polling_off(pipe_poller, contended_cpu) -> None:
+    poller, epoll, _, _ = pipe_poller
+    poller.poll_from(time.perf_counter(), 2.0, 60.0)
+    started = time.perf_counter()
+    assert poller.poll(2.0, 10) == []  # polled until the scheduler cut it short, then slept
+    assert poller.preempted == 1
+    assert started < poller.held_until - 59.0
+    assert poller.until == 0.0
+    epoll.timeouts.clear()
+    poller.poll_from(time.perf_counter(), 2.0, 60.0)  # held off: the loop sleeps
+    assert poller.until == 0.0
+    assert poller.poll(0.05, 10) == [] and len(epoll.timeouts) == 1
+
+
+def test_the_hold_off_ends(pipe_poller) -> None:
+    poller, _, _, _ = pipe_poller
+    poller.held_until = time.perf_counter() + 0.05
+    now = time.perf_counter()
+    poller.poll_from(now, 1.0, 0.05)
+    assert poller.until == 0.0
+    later = poller.held_until
+    poller.poll_from(later, 1.0, 0.05)
+    assert poller.until == later + 1.0
+
+
+def test_a_preempted_poll_of_the_sync_thread_holds_its_polling_off(
+    reactor: Any, tmp_path: Path, contended_cpu
+) -> None:
+    """The log writer's C thread, created on the contended CPU, polls for a second after
+    its write; preempted, its next writes are handed over with no polling."""
+    fd = _segment(tmp_path)
+    runtime = TwistedRuntime(reactor, Outbox(), sync_poll=0.01, sync_poll_holdoff=60.0)
+    polls: list[float] = []
+
+    def write() -> defer.Deferred[None]:
+        writer = runtime.log_writer()
+        polls.append(writer._thread_poll(time.perf_counter()))  # noqa: SLF001
+        writer.write(fd, 0, (b"x",), lambda: None, print)
+        return writer.drained()
+
+    try:
+        call_in_reactor(reactor, write)
+        thread = runtime.log_writer()._thread  # noqa: SLF001
+        deadline = time.monotonic() + 30
+        while not thread.preempted and time.monotonic() < deadline:
+            call_in_reactor(reactor, write)  # each write is followed by 10 ms of polling
+        assert thread.preempted
+        call_in_reactor(reactor, write)
+        call_in_reactor(reactor, runtime.stop_threads)
+    finally:
+        os.close(fd)
+    assert polls[0] == 0.01
+    assert polls[-1] == 0.0
+
+
+def test_the_servers_hold_off_is_the_parameter_and_changes_at_run_time(console) -> None:
+    server, api = console
+    default = WalSettings.read(SETTINGS, "WriteAheadLog").syncpollholdoff
+    assert default > 0 and server.runtime.sync_poll_holdoff == default
+    api.set_parameter("WriteAheadLog.syncpollholdoff", 2.0)
+    assert server.runtime.sync_poll_holdoff == 2.0

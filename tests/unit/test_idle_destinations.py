@@ -60,3 +60,22 @@ def test_a_message_on_its_way_to_a_removed_queue_reaches_the_queue_made_again(ma
     consumer = Peer(net, "consumer")
     consumer.subscribe("/queue/comeback")
     assert consumer.bodies() == ["in flight"]
+
+
+def test_a_producer_is_forgotten_where_it_sent_and_removed_destinations_are_let_go(make_net):
+    """The registry knows where each producer sends (``DestinationServices.sending``), so
+    that a disconnect does not walk every destination; a removed destination leaves it."""
+    net = make_net({"DestinationManager.idletimetolive": IDLE})
+    producer, consumer = Peer(net, "producer"), Peer(net, "consumer")
+    consumer.subscribe("/queue/kept", sub_id="k")
+    producer.send("/queue/kept", "one")
+    producer.send("/topic/gone", "nobody listens")
+    sending = net.core.destinations.services.sending
+    (connection,) = sending  # the producer's connection, the only one that sent
+    assert {d.name for d in sending[connection]} == {"/queue/kept", "/topic/gone"}
+    _sweep_after(net, IDLE * 2)
+    assert "/topic/gone" not in net.core.destinations.topics
+    assert {d.name for d in sending[connection]} == {"/queue/kept"}, "the removed one let go"
+    producer.connection.connection_lost()
+    assert connection not in sending
+    assert not net.core.destinations.queues["/queue/kept"].producers

@@ -43,7 +43,7 @@ def _state() -> dict:
 
 def test_every_charted_series_is_an_exported_metric_of_the_same_reading():
     state = _state()
-    exported = exposition(state)
+    exported = exposition(state, 100)
     history = History(span=60, interval=10, destinations=5)
     history.sample(100.0, state)
     charted = history.json()["series"]
