@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck unit
+.PHONY: run test lint typecheck unit dist
 
 # Install the server alone and run it on its embedded default (data in ./data).
 run: $(VENV)/.run-installed
@@ -53,6 +53,10 @@ BROWSER := tests/browser
 $(BROWSER)/node_modules/.installed: $(VENV)/.dev-installed $(BROWSER)/package.json $(BROWSER)/package-lock.json
 	cd $(BROWSER) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The sdist and the wheel (which compiles the C parts), in dist/.
+dist: $(VENV)/.dev-installed
+	$(BIN)/python -m build --outdir dist
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -10,22 +10,30 @@ for the store answers when it is done (a Deferred).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
+from wiremq.admin.answers import operation, tuned, waiting
+from wiremq.admin.destinations import DestinationsApi
 from wiremq.admin.routes import ADMIN, OPERATOR, VIEWER, Call, HttpError, Query, Route
-from wiremq.config.groups import AdminSettings, DestinationPolicy
+from wiremq.admin.story import StoryApi
+from wiremq.admin.users import UsersApi
+from wiremq.config.groups import AdminSettings, DestinationPolicy, ServerSettings
 from wiremq.config.registry import Parameter
 from wiremq.config.settings import DESTINATION_GROUP
-from wiremq.config.tuning import SaveFailed, Tuning, TuningError, UnknownParameter
+from wiremq.config.tuning import Tuning, UnknownParameter
 from wiremq.config.wizard import MANUAL_EXAMPLE, WizardInputs, allocate, written_values
+from wiremq.modules.core import Core
 from wiremq.modules.domains import domain_of
 from wiremq.modules.events import EVENTS, EventStream
 from wiremq.modules.history import History
-from wiremq.modules.operations import OperationError, Operations
+from wiremq.modules.operations import Operations
+from wiremq.modules.security.permissions import READ, WRITE
+from wiremq.modules.security.users import Users
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -55,6 +63,29 @@ WIZARD_BODY = {
     "required": WIZARD_FIELDS,
     "properties": {name: {"type": "integer", "minimum": 0} for name in WIZARD_FIELDS},
 }
+
+
+SINGLE: dict[str, Any] = {  # /api/ha of a server that is no node of an HA pair
+    "role": "single",
+    "node": None,
+    "since": None,
+    "epoch": None,
+    "reason": None,
+    "takeover_seconds": None,
+    "active": None,
+    "lease_epoch": None,
+    "lease_expires_in": None,
+    "lease_released": None,
+    "failovers": [],
+    "history": [],
+}
+
+
+def _takeover_line(takeover: dict[str, Any]) -> str:
+    """One takeover of the failover history, in words."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(takeover["at"]))
+    previous = f" from {takeover['previous']}" if takeover["previous"] else ""
+    return f"{when}: epoch {takeover['epoch']}, {takeover['node']}{previous} ({takeover['reason']})"
 
 
 def describe(param: Parameter, tuning: Tuning) -> dict[str, Any]:
@@ -91,12 +122,18 @@ class Api:
         server: WiremqServer,
         tuning: Tuning,
         history: History,
+        users: Users,
         events: EventStream = EVENTS,
     ) -> None:
         self.server = server
         self.tuning = tuning
         self.history = history
         self.events = events
+        self.users = UsersApi(users)
+        self.stories = StoryApi(
+            server, Path(ServerSettings.read(server.settings, "Server").datadir)
+        )
+        self.destinations = DestinationsApi(self.core, tuning, history.rates)
         self.console_host = ""  # where the console listens (set once it does)
         self.console_port = 0
         self.localhost_only = False  # no users file: the console listens on 127.0.0.1 only
@@ -109,13 +146,27 @@ class Api:
     def operations(self) -> Operations:
         core = self.server.core
         if core is None:
-            raise HttpError(503, "the server is starting")
+            raise self._not_serving()
         return core.operations
 
-    def state(self) -> dict[str, Any]:
-        if self.server.core is None:
-            raise HttpError(503, "the server is starting")
-        return self.server.flow_state()
+    def core(self) -> Core:
+        core = self.server.core
+        if core is None:
+            raise self._not_serving()
+        return core
+
+    def state(self, destinations: bool = True) -> dict[str, Any]:
+        """The query API's state (``destinations`` False: without each destination's)."""
+        self.core()
+        return self.server.flow_state(destinations)
+
+    def _not_serving(self) -> HttpError:
+        """Why a node without its core cannot answer: starting, or an HA standby."""
+        ha = self.server.ha
+        if ha is None or ha.state()["role"] == "active":
+            return HttpError(503, "the server is starting")
+        active = ha.state()["active"] or "none yet"
+        return HttpError(503, f"this node is a standby of its HA pair (the active: {active})")
 
     # -- the server -----------------------------------------------------------------------
 
@@ -129,7 +180,7 @@ class Api:
         }
 
     def overview(self, call: Call) -> dict[str, Any]:
-        state = self.state()
+        state = self.state(destinations=False)
         return {
             "server": state["server"],
             "totals": state["totals"],
@@ -148,6 +199,40 @@ class Api:
         }
 
     def whole_state(self, call: Call) -> dict[str, Any]:
+        return self.state()
+
+    # -- high availability (docs/ha.md) -------------------------------------------------------
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``GET /api/health`` (no login: load balancers and probes ask it): 200 where
+        clients are served, 503 elsewhere (a standby names the active)."""
+        ha = self.server.ha
+        if ha is None:
+            serving = self.server.core is not None
+            return (200 if serving else 503), {"role": "single" if serving else "starting"}
+        state = ha.state()
+        answer = {
+            "role": state["role"],
+            "node": state["node"],
+            "active": state["active"],
+            "epoch": state["lease_epoch"],
+        }
+        return (200 if state["role"] == "active" else 503), answer
+
+    def ha_view(self, call: Call) -> dict[str, Any]:
+        """This node's role, the lease and the failover history (HA), or a single server."""
+        ha = self.server.ha
+        if ha is None:
+            return dict(SINGLE)
+        state = ha.state()
+        state["history"] = [_takeover_line(t) for t in state["failovers"]]
+        return state
+
+    def metrics_state(self) -> dict[str, Any]:
+        """What ``/metrics`` reads: the whole state, or on a standby its HA part alone."""
+        ha = self.server.ha
+        if self.server.core is None and ha is not None:
+            return {"ha": ha.state()}
         return self.state()
 
     def history_of(self, call: Call) -> dict[str, Any]:
@@ -170,7 +255,7 @@ class Api:
     # -- connections -----------------------------------------------------------------------
 
     def connections(self, call: Call) -> dict[str, Any]:
-        state = self.state()
+        state = self.state(destinations=False)
         sockets = {s["session"]: s for s in state["sockets"]}
         return {"connections": [self._connection(c, sockets) for c in state["clients"]]}
 
@@ -179,6 +264,7 @@ class Api:
         subscriptions = client["subscriptions"]
         return {
             **client,
+            **self.history.rates.of_connection(client["session"]),
             "consumers": len(subscriptions),
             "ready": all(s["ready"] for s in subscriptions) if subscriptions else None,
             "blocked": socket.get("blocked"),
@@ -187,7 +273,7 @@ class Api:
         }
 
     def connection(self, call: Call) -> dict[str, Any]:
-        state = self.state()
+        state = self.state(destinations=False)
         sockets = {s["session"]: s for s in state["sockets"]}
         for client in state["clients"]:
             if client["session"] == call.params["session"]:
@@ -195,42 +281,40 @@ class Api:
         raise HttpError(404, f"no connection with session {call.params['session']!r}")
 
     def disconnect(self, call: Call) -> dict[str, Any]:
-        self._operation(lambda: self.operations.disconnect(call.params["session"]))
+        operation(lambda: self.operations.disconnect(call.params["session"]))
         return {"disconnected": call.params["session"]}
 
     # -- destinations ----------------------------------------------------------------------
 
-    def destination_list(self, call: Call) -> dict[str, Any]:
-        state = self.state()
-        return {"queues": state["queues"], "topics": state["topics"]}
-
     def destination(self, call: Call) -> dict[str, Any]:
         name = call.params["name"]
-        state = self.state()
-        for found in (*state["queues"], *state["topics"]):
-            if found["name"] == name:
-                consumers = [
-                    {**s, "session": c["session"], "peer": c["peer"]}
-                    for c in state["clients"]
-                    for s in c["subscriptions"]
-                    if s["destination"] == name
-                ]
-                return {**found, "subscriptions": consumers}
-        raise HttpError(404, f"no destination {name!r}")
+        found = self.core().destinations.get(name)
+        if found is None:
+            raise HttpError(404, f"no destination {name!r}")
+        state = self.state(destinations=False)
+        consumers = [
+            {**s, "session": c["session"], "peer": c["peer"]}
+            for c in state["clients"]
+            for s in c["subscriptions"]
+            if s["destination"] == name
+        ]
+        return {**self.destinations.row(found), "subscriptions": consumers}
 
     def purge(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]
-        return self._waiting(
+        return waiting(
             lambda done, failed: self.operations.purge(name, done, failed),
             lambda count: {"destination": name, "purged": count},
         )
 
     def delete(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]
-        return self._waiting(
-            lambda done, failed: self.operations.delete(name, done, failed),
-            lambda count: {"destination": name, "deleted": True, "purged": count},
-        )
+
+        def deleted(count: int) -> dict[str, Any]:
+            self.destinations.undeclare(name)
+            return {"destination": name, "deleted": True, "purged": count}
+
+        return waiting(lambda done, failed: self.operations.delete(name, done, failed), deleted)
 
     def shutdown(self, call: Call) -> dict[str, Any]:
         return self._set_shutdown(call.params["name"], True)
@@ -241,7 +325,7 @@ class Api:
     def _set_shutdown(self, name: str, shut: bool) -> dict[str, Any]:
         if domain_of(name) is None:
             raise HttpError(400, f"{name!r} is neither /queue/NAME nor /topic/NAME")
-        self._tune(lambda: self.tuning.change_destination(name, {"shutdown": shut or None}))
+        tuned(lambda: self.tuning.change_destination(name, {"shutdown": shut or None}))
         return {"destination": name, "shutdown": shut}
 
     def destination_parameters(self, call: Call) -> dict[str, Any]:
@@ -271,7 +355,7 @@ class Api:
         if domain_of(name) is None:
             raise HttpError(400, f"{name!r} is neither /queue/NAME nor /topic/NAME")
         value = _value(call.body)
-        outcome = self._tune(lambda: self.tuning.change_destination(name, {parameter: value}))
+        outcome = tuned(lambda: self.tuning.change_destination(name, {parameter: value}))
         return {
             "destination": name,
             "parameter": parameter,
@@ -283,11 +367,41 @@ class Api:
 
     def browse(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name = call.params["name"]
+        offset = call.query.get("offset", 0)
         limit = call.query.get("limit", 100)
+        selector = call.query.get("selector", "")
         head = self.admin.browsebytes
-        return self._waiting(
-            lambda done, failed: self.operations.browse(name, limit, head, done, failed),
-            lambda views: {"destination": name, "messages": [v.json() for v in views]},
+        return waiting(
+            lambda done, failed: self.operations.browse(
+                name, offset, limit, selector, head, done, failed
+            ),
+            lambda page: {
+                "destination": name,
+                "offset": offset,
+                "limit": limit,
+                "selector": selector,
+                "messages": [v.json() for v in page.messages],
+                "more": page.more,
+            },
+        )
+
+    def message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
+        name, message_id = call.params["name"], call.params["message"]
+        return waiting(
+            lambda done, failed: self.operations.message(
+                name, message_id, self.admin.messagebytes, done, failed
+            ),
+            lambda view: {"destination": name, **view.json()},
+        )
+
+    def copy_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
+        name, message_id = call.params["name"], call.params["message"]
+        to = call.body.get("to") if isinstance(call.body, dict) else None
+        if not isinstance(to, str):
+            raise HttpError(400, 'the body must be {"to": "/queue/NAME or /topic/NAME"}')
+        return waiting(
+            lambda done, failed: self.operations.copy(name, message_id, to, done, failed),
+            lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
     def delete_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
@@ -301,15 +415,17 @@ class Api:
 
     def _take(self, call: Call, to: str | None) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
-        return self._waiting(
+        return waiting(
             lambda done, failed: self.operations.take(name, message_id, to, done, failed),
             lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
     def retry_message(self, call: Call) -> defer.Deferred[dict[str, Any]]:
         name, message_id = call.params["name"], call.params["message"]
-        return self._waiting(
-            lambda done, failed: self.operations.retry(name, message_id, done, failed),
+        return waiting(
+            lambda done, failed: self.operations.retry(
+                name, message_id, done, failed, lambda to: call.may(WRITE, to)
+            ),
             lambda where: {"message_id": message_id, "from": name, "to": where},
         )
 
@@ -340,7 +456,7 @@ class Api:
         except UnknownParameter as error:
             raise HttpError(404, error.problem) from None
         value = _value(call.body)
-        outcome = self._tune(lambda: self.tuning.change({param.key: value}))
+        outcome = tuned(lambda: self.tuning.change({param.key: value}))
         return {**describe(param, self.tuning), "applied": outcome[0].applied}
 
     def set_parameters(self, call: Call) -> dict[str, Any]:
@@ -348,20 +464,10 @@ class Api:
         values = body.get("values") if isinstance(body, dict) else None
         if not isinstance(values, dict) or not values:
             raise HttpError(400, 'the body must be {"values": {"Group.name": value, ...}}')
-        outcomes = self._tune(lambda: self.tuning.change(values))
+        outcomes = tuned(lambda: self.tuning.change(values))
         return {
             "changed": [{"key": o.key, "value": o.value, "applied": o.applied} for o in outcomes]
         }
-
-    def _tune(self, change: Callable[[], Any]) -> Any:
-        try:
-            return change()
-        except UnknownParameter as error:
-            raise HttpError(404, error.problem) from None
-        except TuningError as error:
-            raise HttpError(400, str(error)) from None
-        except SaveFailed as error:
-            raise HttpError(500, str(error)) from None
 
     # -- the wizard ------------------------------------------------------------------------
 
@@ -392,7 +498,7 @@ class Api:
 
     def wizard_apply(self, call: Call) -> dict[str, Any]:
         result = self.wizard(call)
-        outcomes = self._tune(lambda: self.tuning.change(result["values"]))
+        outcomes = tuned(lambda: self.tuning.change(result["values"]))
         return {
             **result,
             "changed": [{"key": o.key, "value": o.value, "applied": o.applied} for o in outcomes],
@@ -400,34 +506,18 @@ class Api:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _operation(self, action: Callable[[], Any]) -> Any:
-        try:
-            return action()
-        except OperationError as error:
-            raise HttpError(error.status, error.problem) from None
-
-    def _waiting(
-        self,
-        start: Callable[[Callable[[Any], None], Callable[[Exception], None]], None],
-        answer: Callable[[Any], dict[str, Any]],
-    ) -> defer.Deferred[dict[str, Any]]:
-        """An operation that calls back when done, as a Deferred of its answer."""
-        result: defer.Deferred[dict[str, Any]] = defer.Deferred()
-
-        def failed(error: Exception) -> None:
-            if isinstance(error, OperationError):
-                error = HttpError(error.status, error.problem)
-            elif not isinstance(error, HttpError):
-                error = HttpError(500, f"the store failed: {error}")
-            result.errback(error)
-
-        self._operation(lambda: start(lambda value: result.callback(answer(value)), failed))
-        return result
-
     # -- the table -------------------------------------------------------------------------
 
     def routes(self) -> list[Route]:
         """Every route of the API (see ``routes.py``)."""
+        return [
+            *self._routes(),
+            *self.destinations.routes(),
+            *self.users.routes(),
+            *self.stories.routes(),
+        ]
+
+    def _routes(self) -> list[Route]:
         name = "{name}"
         limit = Query("limit", int, "most items returned", 1, MESSAGES_MAX)
         return [
@@ -453,6 +543,15 @@ class Api:
                 VIEWER,
                 self.whole_state,
                 "the whole query API (flow_state) as it is",
+                "server",
+            ),
+            Route(
+                "GET",
+                "/api/ha",
+                VIEWER,
+                self.ha_view,
+                "this node's role in its HA pair, the lease's holder and the failover history "
+                "(docs/ha.md); a single server says role single",
                 "server",
             ),
             Route(
@@ -505,14 +604,6 @@ class Api:
                 "disconnect a client (it gets an ERROR)",
                 "connections",
                 errors=(404,),
-            ),
-            Route(
-                "GET",
-                "/api/destinations",
-                VIEWER,
-                self.destination_list,
-                "every queue and topic with its depth, counts and watermarks",
-                "destinations",
             ),
             Route(
                 "GET",
@@ -582,13 +673,44 @@ class Api:
             Route(
                 "GET",
                 f"/api/destinations/{name}/messages",
-                OPERATOR,
+                VIEWER,
                 self.browse,
-                "the messages waiting in a queue, in delivery order, with the first bytes "
-                "of each body",
+                "a page of the messages waiting in a queue, in delivery order, those a JMS "
+                "selector selects, with the first bytes of each body (text, or hex if "
+                "binary: encoding); more: whether others follow (read on the queue is enough)",
                 "messages",
-                query=(limit,),
+                query=(
+                    Query("offset", int, "messages skipped (of those selected)", 0),
+                    limit,
+                    Query("selector", str, "a JMS selector: only the messages it selects"),
+                ),
                 errors=(400, 404),
+            ),
+            Route(
+                "GET",
+                f"/api/destinations/{name}/messages/{{message}}",
+                VIEWER,
+                self.message,
+                "one waiting message whole: all its headers and its body (text, or hex if "
+                "binary: encoding; size in bytes) (read on the queue is enough)",
+                "messages",
+                errors=(400, 404),
+            ),
+            Route(
+                "POST",
+                f"/api/destinations/{name}/messages/{{message}}/copy",
+                OPERATOR,
+                self.copy_message,
+                "copy one waiting message to another destination (it stays where it is)",
+                "messages",
+                body={
+                    "type": "object",
+                    "required": ["to"],
+                    "properties": {"to": {"type": "string"}},
+                },
+                errors=(400, 404, 409),
+                permission=READ,  # the original stays: read it, write where the copy goes
+                body_permission=("to", WRITE),
             ),
             Route(
                 "DELETE",
@@ -612,13 +734,14 @@ class Api:
                     "properties": {"to": {"type": "string"}},
                 },
                 errors=(400, 404, 409),
+                body_permission=("to", WRITE),
             ),
             Route(
                 "POST",
                 f"/api/destinations/{name}/messages/{{message}}/retry",
                 OPERATOR,
                 self.retry_message,
-                "send a dead message back to its original-destination",
+                "send a dead message back to its original-destination (needs write there)",
                 "messages",
                 errors=(400, 404, 409),
             ),

@@ -2,202 +2,88 @@
 
 Names follow Prometheus' conventions: the ``wiremq_`` prefix, base units in
 the name (``_bytes``, ``_seconds``, ``_ratio``), ``_total`` for counters. What
-is exported is declared once, in ``SERVER_METRICS``, ``DESTINATION_METRICS``
-and ``WATERMARK_METRICS``: a new figure is one entry.
+is exported is the table of statistics the console's charts read too
+(``modules/statistics.py``): a new figure is one entry there.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wiremq.modules.history import at
+from wiremq.modules.statistics import (
+    DESTINATION,
+    DISK,
+    GAUGE,
+    SERVER,
+    SPOOL_REFUSED,
+    WATERMARK,
+    State,
+    Statistic,
+    at,
+)
 
-State = Mapping[str, Any]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    name: str
-    kind: str  # counter or gauge
-    help: str
-    read: Callable[[Any], Any]  # the value, or None when the state lacks it
-
-
-SERVER_METRICS = (
-    Metric(
-        "wiremq_messages_received_total",
-        "counter",
-        "Messages the destinations received",
-        at("totals", "received"),
+HA = (  # a node of an HA pair (docs/ha.md)
+    Statistic(
+        "wiremq_ha_active",
+        GAUGE,
+        "1 while this node is the active of its HA pair, 0 otherwise",
+        lambda s: None if "ha" not in s else int(s["ha"]["role"] == "active"),
     ),
-    Metric(
-        "wiremq_messages_delivered_total",
-        "counter",
-        "Deliveries to consumers (a redelivery counts again)",
-        at("totals", "delivered"),
+    Statistic(
+        "wiremq_ha_lease_epoch",
+        GAUGE,
+        "The HA lease's epoch as this node last read it (one more at every takeover)",
+        at("ha", "lease_epoch"),
     ),
-    Metric("wiremq_connections", "gauge", "Client connections open", at("totals", "connections")),
-    Metric("wiremq_queues", "gauge", "Queues", at("totals", "queues")),
-    Metric("wiremq_topics", "gauge", "Topics", at("totals", "topics")),
-    Metric(
-        "wiremq_resident_memory_bytes",
-        "gauge",
-        "Resident memory of the server process",
-        at("memory", "rss_bytes"),
-    ),
-    Metric(
-        "wiremq_uptime_seconds", "gauge", "Time since the server started", at("server", "uptime")
-    ),
-    Metric("wiremq_transactions_open", "gauge", "Open transactions", at("transactions", "open")),
-    Metric(
-        "wiremq_transaction_held_messages",
-        "gauge",
-        "Messages held in open transactions",
-        at("transactions", "messages"),
-    ),
-    Metric(
-        "wiremq_transaction_held_bytes",
-        "gauge",
-        "Bytes of messages held in open transactions",
-        at("transactions", "bytes"),
-    ),
-    Metric(
-        "wiremq_delivered_unacked_messages",
-        "gauge",
-        "Messages delivered to client-acknowledging consumers and not yet acknowledged",
-        at("delivered_unacked"),
-    ),
-    Metric(
-        "wiremq_egress_load_ratio",
-        "gauge",
-        "Queued egress work over all clients' egress capacity",
-        lambda s: None if s.get("egress_load_factor") is None else s["egress_load_factor"] / 100,
-    ),
-    Metric(
-        "wiremq_unfinished_frame_bytes",
-        "gauge",
-        "Bytes of frames being received, all connections",
-        at("unfinished_frame_bytes"),
-    ),
-    Metric(
-        "wiremq_slow_subscriber_disconnects_total",
-        "counter",
-        "Subscribers disconnected for falling behind",
-        at("slow_disconnects"),
-    ),
-    Metric(
-        "wiremq_store_commits_total",
-        "counter",
-        "Commits of the persistent store",
-        at("commits", "store", "commits"),
-    ),
-    Metric(
-        "wiremq_spool_used_bytes",
-        "gauge",
-        "Bytes of persistent messages stored",
-        at("spool", "used_bytes"),
-    ),
-    Metric(
-        "wiremq_spool_limit_bytes",
-        "gauge",
-        "MessageSpool.maxspoolusage (-1: no limit)",
-        at("spool", "limit_bytes"),
+    Statistic(
+        "wiremq_ha_lease_expires_in_seconds",
+        GAUGE,
+        "Time left on the HA lease by the database's clock, as this node last read it",
+        at("ha", "lease_expires_in"),
     ),
 )
-
-DESTINATION_METRICS = (
-    Metric(
-        "wiremq_destination_messages",
-        "gauge",
-        "Messages a destination holds (waiting, and delivered but not acknowledged)",
-        at("messages"),
-    ),
-    Metric("wiremq_destination_bytes", "gauge", "Bytes a destination holds", at("bytes")),
-    Metric(
-        "wiremq_destination_stored_messages",
-        "gauge",
-        "Messages a destination holds in the persistent store",
-        at("stored_messages"),
-    ),
-    Metric(
-        "wiremq_destination_stored_bytes",
-        "gauge",
-        "Bytes a destination holds in the persistent store",
-        at("stored_bytes"),
-    ),
-    Metric(
-        "wiremq_destination_received_total",
-        "counter",
-        "Messages a destination received",
-        at("received"),
-    ),
-    Metric(
-        "wiremq_destination_delivered_total",
-        "counter",
-        "Deliveries of a destination to its consumers",
-        at("delivered"),
-    ),
-    Metric("wiremq_destination_consumers", "gauge", "Consumers of a destination", at("consumers")),
-    Metric(
-        "wiremq_destination_producers",
-        "gauge",
-        "Producers sending to a destination",
-        at("producers"),
-    ),
-    Metric(
-        "wiremq_destination_shutdown",
-        "gauge",
-        "1 while a destination is shut down (refuses new messages)",
-        at("shutdown"),
-    ),
-)
-
-WATERMARK_METRICS = (
-    Metric(
-        "wiremq_watermark_tripped",
-        "gauge",
-        "1 while a watermark has stopped its producers",
-        at("tripped"),
-    ),
-    Metric("wiremq_watermark_messages", "gauge", "Messages a watermark counts", at("messages")),
-    Metric("wiremq_watermark_bytes", "gauge", "Bytes a watermark counts", at("bytes")),
-    Metric(
-        "wiremq_watermark_stopped_producers",
-        "gauge",
-        "Producers a watermark holds stopped",
-        at("stopped_producers"),
-    ),
-    Metric("wiremq_watermark_trips_total", "counter", "Times a watermark tripped", at("trips")),
+HA_ROLE = Statistic(
+    "wiremq_ha_role",
+    GAUGE,
+    "This node's role in its HA pair (starting, standby, taking-over, active, stopping), "
+    "as a label",
+    at(),
 )
 
 
 def exposition(state: State) -> str:
-    """The text of ``/metrics`` for one state of the server."""
+    """The text of ``/metrics`` for one state of the server (on an HA standby, which serves
+    nothing, its HA part alone)."""
     lines: list[str] = []
-    for metric in SERVER_METRICS:
+    if "ha" in state:
+        for metric in HA:
+            _family(lines, metric, [({}, metric.read(state))])
+        role = {"node": state["ha"]["node"], "role": state["ha"]["role"]}
+        _family(lines, HA_ROLE, [(role, 1)])
+    if "queues" not in state:
+        return "\n".join(lines) + "\n"
+    for metric in SERVER:
         _family(lines, metric, [({}, metric.read(state))])
     destinations = [
         ({"destination": d["name"], "kind": d["kind"]}, d)
         for d in (*state["queues"], *state["topics"])
     ]
-    for metric in DESTINATION_METRICS:
+    for metric in DESTINATION:
         _family(lines, metric, [(labels, metric.read(d)) for labels, d in destinations])
     watermarks = [({"watermark": w["name"]}, w) for w in _watermarks(state)]
-    for metric in WATERMARK_METRICS:
+    for metric in WATERMARK:
         _family(lines, metric, [(labels, metric.read(w)) for labels, w in watermarks])
+    stores = [({"store": name}, d) for d in state.get("disk", ()) for name in d["stores"]]
+    for metric in DISK:
+        _family(lines, metric, [(labels, metric.read(d)) for labels, d in stores])
     refused = state.get("spool", {}).get("refused", {})
     _family(
         lines,
-        Metric(
-            "wiremq_spool_refused_messages_total",
-            "counter",
-            "Persistent messages refused by a spool check, by reason",
-            at(),
-        ),
+        SPOOL_REFUSED,
         [({"reason": reason}, count) for reason, count in sorted(refused.items())],
     )
     return "\n".join(lines) + "\n"
@@ -213,17 +99,17 @@ def _watermarks(state: State) -> list[Mapping[str, Any]]:
 
 
 def _family(
-    lines: list[str], metric: Metric, samples: Iterable[tuple[dict[str, str], Any]]
+    lines: list[str], metric: Statistic, samples: Iterable[tuple[dict[str, str], Any]]
 ) -> None:
     present = [(labels, value) for labels, value in samples if value is not None]
     if not present:
         return
-    lines.append(f"# HELP {metric.name} {_escape_help(metric.help)}")
-    lines.append(f"# TYPE {metric.name} {metric.kind}")
+    lines.append(f"# HELP {metric.metric} {_escape_help(metric.help)}")
+    lines.append(f"# TYPE {metric.metric} {metric.kind}")
     for labels, value in present:
         label_text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
         braces = f"{{{label_text}}}" if label_text else ""
-        lines.append(f"{metric.name}{braces} {_number(value)}")
+        lines.append(f"{metric.metric}{braces} {_number(value)}")
 
 
 def _number(value: Any) -> str:

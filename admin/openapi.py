@@ -18,13 +18,26 @@ STATUS_TEXT = {
     413: "request body too large (Admin.maxrequestbytes)",
     415: "the body must be JSON (Content-Type: application/json)",
     500: "the server could not do it (the message says why)",
-    503: "the server is starting",
+    503: "the server is starting, or is a standby of an HA pair",
 }
 ALWAYS = (401, 403, 503)  # any route may answer these
+HEALTH = {  # answered without a login, for load balancers and probes (docs/ha.md)
+    "get": {
+        "operationId": "health",
+        "summary": "whether this node serves clients: 200 on a single server and on the "
+        "active node of an HA pair, 503 on a standby (naming the active) or while starting",
+        "tags": ["server"],
+        "security": [],
+        "responses": {
+            "200": {"description": "serving: {role, node, active, epoch} ({role: single})"},
+            "503": {"description": "not serving: {role: standby, node, active, epoch}"},
+        },
+    }
+}
 
 
 def openapi(routes: list[Route], version: str) -> dict[str, Any]:
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {"/api/health": HEALTH}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
     return {
@@ -70,6 +83,12 @@ def _operation(route: Route) -> dict[str, Any]:
         "summary": route.summary,
         "tags": [route.tag],
         "x-wiremq-role": route.role,
+        **({"x-wiremq-permission": route.destination_permission} if "{name}" in route.path else {}),
+        **(
+            {"x-wiremq-body-permission": dict([route.body_permission])}
+            if route.body_permission
+            else {}
+        ),
         "parameters": [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in re.findall(r"{(\w+)}", route.path)
@@ -80,7 +99,7 @@ def _operation(route: Route) -> dict[str, Any]:
                 "in": "query",
                 "required": False,
                 "description": q.doc,
-                "schema": _query_schema(q.kind, q.minimum, q.maximum),
+                "schema": _query_schema(q.kind, q.minimum, q.maximum, q.choices),
             }
             for q in route.query
         ],
@@ -106,8 +125,12 @@ def _operation(route: Route) -> dict[str, Any]:
     return operation
 
 
-def _query_schema(kind: type, minimum: int | None, maximum: int | None) -> dict[str, Any]:
+def _query_schema(
+    kind: type, minimum: int | None, maximum: int | None, choices: tuple[str, ...]
+) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer" if kind is int else "string"}
+    if choices:
+        schema["enum"] = list(choices)
     if minimum is not None:
         schema["minimum"] = minimum
     if maximum is not None:

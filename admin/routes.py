@@ -2,9 +2,10 @@
 
 A ``Route`` names its method, its path pattern (``{name}`` matches one path
 segment, percent-decoded, so a destination name is given as ``%2Fqueue%2Forders``),
-the least role allowed, its handler, and what OpenAPI says of it. The
-router and ``openapi.py`` read the same table, so the document cannot drift
-from what the server does.
+the least role allowed, the permission it needs on the destination it names
+(and on the one a body field names, ``body_permission``), its handler, and what
+OpenAPI says of it. The router and ``openapi.py`` read the same table, so the
+document cannot drift from what the server does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
+from wiremq.modules.security.permissions import READ
 from wiremq.modules.security.users import ROLES
 
 VIEWER, OPERATOR, ADMIN = ROLES[2], ROLES[1], ROLES[0]
@@ -38,6 +41,7 @@ class Query:
     doc: str
     minimum: int | None = None
     maximum: int | None = None
+    choices: tuple[str, ...] = ()  # the values a str may take (none: any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,8 @@ class Call:
     user: str | None  # who asked (None: nobody logged in, the console is open)
     role: str
     csrf: str | None  # the CSRF token of the console login it came with
+    may: Callable[[str, str], bool] = lambda permission, destination: True
+    """Whether who asked holds ``permission`` on ``destination`` (an open console: yes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,16 @@ class Route:
     query: tuple[Query, ...] = ()
     errors: tuple[int, ...] = ()  # statuses beyond those every route may answer
     response: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    permission: str | None = None  # on {name}; None: read to GET it, admin to act on it
+    # (body field, permission): a destination the body names, and what it needs there
+    body_permission: tuple[str, str] | None = None
+
+    @property
+    def destination_permission(self) -> str:
+        """The permission the destination ``{name}`` names needs."""
+        if self.permission is not None:
+            return self.permission
+        return READ if self.method == "GET" else ADMIN_PERMISSION
 
     def match(self, segments: list[str]) -> dict[str, str] | None:
         pattern = self.path.strip("/").split("/")
@@ -89,6 +105,12 @@ class Route:
             if declared is None:
                 raise HttpError(400, f"unknown query parameter {name!r}")
             text = given[-1].decode("utf-8", "replace")
+            if declared.choices and text not in declared.choices:
+                raise HttpError(
+                    400,
+                    f"query parameter {name}: {text[:80]!r} is not one of "
+                    + ", ".join(declared.choices),
+                )
             if declared.kind is int:
                 if not text.lstrip("-").isdigit():
                     raise HttpError(400, f"query parameter {name}: {text!r} is not a whole number")

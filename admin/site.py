@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 import time
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -34,10 +34,11 @@ from wiremq.config.groups import AdminSettings, ServerSettings, TlsSettings
 from wiremq.config.tuning import CONFIG_FILE, Tuning
 from wiremq.modules.history import History
 from wiremq.modules.persistence.cleanup import Periodic
-from wiremq.modules.security.permissions import ADMIN as ADMIN_PERMISSION
-from wiremq.modules.security.permissions import READ, WRITE, permitted
+from wiremq.modules.security.permissions import permitted
 from wiremq.modules.security.users import Users, UsersFile
+from wiremq.server.descriptors import GatedFactory, SocketGate
 from wiremq.server.tls import TlsContextFactory
+from wiremq.server.version import installed_version
 
 if TYPE_CHECKING:
     from wiremq.server.app import WiremqServer
@@ -70,13 +71,6 @@ LOCALHOST_NOTE = (
 )
 
 
-def _version() -> str:
-    try:
-        return version("wiremq")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class Reply:
     """An answer: status, body and content type."""
 
@@ -104,7 +98,7 @@ class Console(Resource):
         self.gate = gate
         self.secure = secure
         self.routes: list[Route] = api.routes()
-        self.document = openapi(self.routes, _version())
+        self.document = openapi(self.routes, installed_version())
 
     def render(self, request: Request) -> Any:  # type: ignore[override]
         answer = defer.maybeDeferred(self._answer, request)
@@ -140,6 +134,8 @@ class Console(Resource):
             raise HttpError(400, "the path is not valid UTF-8 once percent-decoded") from None
         if parts == ["api", "openapi.json"] and method == "GET":
             return defer.succeed(json_reply(200, self.document))
+        if parts == ["api", "health"] and method in ("GET", "HEAD"):
+            return defer.succeed(json_reply(*self.api.health()))
         route, params = find(self.routes, method, parts)
         identified = self._identified(request, route.role)
         return identified.addCallback(self._call, request, route, params)
@@ -157,6 +153,7 @@ class Console(Resource):
             identity.user,
             identity.role,
             identity.session.csrf if identity.session is not None else None,
+            self._may(identity),
         )
         return defer.maybeDeferred(route.handler, call).addCallback(
             lambda document: json_reply(200, document)
@@ -165,24 +162,33 @@ class Console(Resource):
     def _check_permissions(
         self, identity: Identity, route: Route, params: dict[str, str], body: Any
     ) -> None:
-        """Besides the role, a user's permissions on the destination a call names
-        (docs/security.md): reading it needs read, acting on it admin, and the destination
-        a message is moved to write. An open console (no users) allows everything."""
-        if identity.user is None:
-            return
+        """Besides the role, a user's permissions on the destinations a call names
+        (docs/security.md): the route's on ``{name}`` (read to look at it, admin to act on
+        it, unless the route says otherwise) and the route's on a destination its body
+        names (``Route.body_permission``: write where a message is put, create for a
+        destination made). An open console (no users) allows everything."""
         needs = []
         if "name" in params:
-            needs.append((READ if route.method == "GET" else ADMIN_PERMISSION, params["name"]))
-        if (
-            route.path.endswith("/move")
-            and isinstance(body, dict)
-            and isinstance(body.get("to"), str)
-        ):
-            needs.append((WRITE, body["to"]))
-        user = self.gate.user(identity.user)
+            needs.append((route.destination_permission, params["name"]))
+        if route.body_permission is not None and isinstance(body, dict):
+            field, permission = route.body_permission
+            target = body.get(field)
+            if isinstance(target, str):
+                needs.append((permission, target))
+        may = self._may(identity)
         for permission, destination in needs:
-            if user is None or not permitted(user, permission, destination):
+            if not may(permission, destination):
                 raise HttpError(403, f"permission denied: {permission} {destination[:200]}")
+
+    def _may(self, identity: Identity) -> Callable[[str, str], bool]:
+        """Whether ``identity`` holds a permission on a destination, asked as the users
+        file says now."""
+        if identity.user is None:
+            return lambda permission, destination: True
+        user = self.gate.user(identity.user)
+        if user is None:
+            return lambda permission, destination: False
+        return lambda permission, destination: permitted(user, permission, destination)
 
     def _identified(self, request: Request, role: str) -> defer.Deferred[Identity]:
         def allowed(identity: Identity) -> Identity:
@@ -216,7 +222,7 @@ class Console(Resource):
             raise HttpError(400, f"the body is not valid JSON: {error}") from None
 
     def _metrics(self) -> bytes:
-        return metrics.exposition(self.api.state()).encode()
+        return metrics.exposition(self.api.metrics_state()).encode()
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -322,12 +328,18 @@ def _peer(request: Request) -> str:
 
 
 def listen_console(
-    reactor: Any, site: Site, port: int, host: str, tls: Any = None
+    reactor: Any, site: Site, port: int, host: str, tls: Any, max_connections: int
 ) -> IListeningPort:
-    """The console's listener: TCP, or TLS with ``tls`` (a context factory)."""
+    """The console's listener: TCP, or TLS with ``tls`` (a context factory, or None); with
+    ``max_connections`` (``Admin.maxconnections``) open it accepts no more until one
+    closes."""
+    gate = SocketGate(max_connections)
+    factory = GatedFactory(site, gate)
     if tls is not None:
-        return reactor.listenSSL(port, site, tls, interface=host)  # type: ignore[no-any-return]
-    return reactor.listenTCP(port, site, interface=host)  # type: ignore[no-any-return]
+        listening = reactor.listenSSL(port, factory, tls, interface=host)
+    else:
+        listening = reactor.listenTCP(port, factory, interface=host)
+    return gate.watch(listening)  # type: ignore[no-any-return]
 
 
 def start_console(server: WiremqServer, port: int | None = None) -> Console | None:
@@ -346,7 +358,7 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
         server.settings, server.config.path or data / CONFIG_FILE, server.config.command_line
     )
     history = History(admin.history, admin.sampleinterval, admin.chartdestinations)
-    api = Api(server, tuning, history)
+    api = Api(server, tuning, history, users)
     host = admin.host
     if not users.configured:
         api.localhost_only = True
@@ -360,7 +372,7 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
     if admin.tls:
         where = server.config.path or "configuration"
         tls = TlsContextFactory(TlsSettings.read(server.settings, "TLS"), where)
-    listening = listen_console(server.reactor, site, port, host, tls)
+    listening = listen_console(server.reactor, site, port, host, tls, admin.maxconnections)
     server.listeners.append(listening)
     api.console_host = host
     api.console_port = listening.getHost().port  # type: ignore[attr-defined]
@@ -369,7 +381,9 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
         if server.core is not None:
             history.sample(time.time(), server.flow_state())
 
-    server.add_task(Periodic(server.runtime, lambda: admin.sampleinterval, sample))
+    server.add_task(
+        Periodic(server.runtime, lambda: history.next_interval(admin.sampleinterval), sample)
+    )
     log.info(
         "console.listening",
         host=host,

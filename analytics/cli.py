@@ -1,7 +1,8 @@
 """``wiremq audit conservation|cleanup`` and ``wiremq export``: the commands of the audits.
 
 Each audit reads the journal (``--journal``, by default ``DATA/journal``; any
-path or URL Spark reads) and the snapshot ``wiremq export`` wrote
+path or URL Spark reads, given once per node of an HA pair, or a folder holding
+them all) and the snapshot ``wiremq export`` wrote
 (``--snapshot``, by default ``DATA/snapshot.parquet``), runs on ``--master``
 (``local[*]`` by default, ``spark://HOST:PORT`` for a cluster), writes its
 tables (Parquet and CSV) and ``report.html`` in ``--out`` (by default
@@ -74,7 +75,12 @@ def add_audit(commands: Any) -> None:
     )
     for parser in (conservation, cleanup):
         parser.add_argument("--data", metavar="DIR", help="the server's data folder")
-        parser.add_argument("--journal", metavar="PATH", help="journal files (DIR/journal)")
+        parser.add_argument(
+            "--journal",
+            metavar="PATH",
+            action="append",
+            help="journal files (DIR/journal); again for each node of an HA pair",
+        )
         parser.add_argument(
             "--snapshot", metavar="PATH", help=f"the export's Parquet (DIR/{SNAPSHOT_FILE})"
         )
@@ -109,7 +115,7 @@ def add_audit(commands: Any) -> None:
 
 @dataclass(frozen=True)
 class Paths:
-    journal: str
+    journals: list[str]
     snapshot: str | None
     out: str
     report: Path  # local: where report.html goes
@@ -119,9 +125,10 @@ class Paths:
         data = Path(args.data) if args.data else None
         if args.journal is None and data is None:
             raise CannotRun("give --data DIR (or --journal PATH and --out DIR)")
-        journal = args.journal or str(data / "journal")  # type: ignore[operator]
-        if "://" not in journal and not Path(journal).exists():
-            raise CannotRun(f"no journal at {journal}")
+        journals = args.journal or [str(data / "journal")]  # type: ignore[operator]
+        for journal in journals:
+            if "://" not in journal and not Path(journal).exists():
+                raise CannotRun(f"no journal at {journal}")
         snapshot = None
         if not args.no_snapshot:
             snapshot = args.snapshot or (str(data / SNAPSHOT_FILE) if data else None)
@@ -137,7 +144,12 @@ class Paths:
             report = Path(".") / f"audit-{args.audit}"
         else:
             report = Path(out.removeprefix("file://"))
-        return cls(journal, snapshot, out, report)
+        return cls(journals, snapshot, out, report)
+
+    @property
+    def journal(self) -> str:
+        """The journals, for messages."""
+        return ", ".join(self.journals)
 
 
 def main(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
@@ -203,7 +215,7 @@ def _journal(
     from . import journal
 
     progress.step(f"reading the journal at {paths.journal}")
-    records = tables.write("journal", journal.read_journal(spark, paths.journal), csv=False)
+    records = tables.write("journal", journal.read_journal(spark, paths.journals), csv=False)
     facts = _first(journal.checks(records))
     if not facts["records"]:
         raise CannotRun(f"the journal at {paths.journal} has no records")

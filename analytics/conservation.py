@@ -19,6 +19,19 @@ it has no fate, fates that cannot go together, a delivery never settled, a
 settlement without a delivery, or no ``received`` record; each such message is
 named with its problems.
 
+The journal may come from several server runs and several folders (the nodes of
+an HA pair): a message is followed across them by its id, and each record knows
+the run that wrote it (``journal.SERVER_RUN``). A run that began and never
+stopped cleanly ended abruptly (killed, crashed, or an HA node stepping down),
+and took with it what it held that no store held: a delivery it had not
+settled is settled by its end; an acknowledgement it took whose message was
+delivered again on a later run never reached the store (its removal was not
+committed); and a message whose every record is on such runs, never stored,
+with no other fate, is ``lost`` with it (a non-persistent message, or one
+whose commit, hence whose RECEIPT, never came). A stored message with no fate
+is still unexplained: in HA mode every change a store holds was journaled
+before it got there (``server/ha.py``).
+
 Everything here is a function from DataFrames to DataFrames: the journal is
 grouped by message in one shuffle (the snapshot joins the same stream as
 pseudo-events), and nothing but the summary and the unexplained messages ever
@@ -27,8 +40,10 @@ reaches the driver.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from .journal import SERVER_RUN
 
 KEY = ["message_id", "destination"]
 SUBSCRIPTION_KEY = [*KEY, "session", "subscription"]
@@ -45,8 +60,10 @@ FATES = (
     "expired",
     "acknowledged",
     "discarded",
+    "lost",
 )
 UNEXPLAINED = "unexplained"
+ENDED_WITH_ITS_SERVER = "ended-with-its-server"  # the reason of a message ``lost``
 
 _EVENT_COLUMNS = [
     "message_id",
@@ -60,6 +77,7 @@ _EVENT_COLUMNS = [
     "subscription",
     "requeue",
     "reason",
+    SERVER_RUN,
 ]
 
 
@@ -68,6 +86,7 @@ _NULLS = (  # the columns a snapshot row has no value for
     ("subscription", "string"),
     ("requeue", "boolean"),
     ("reason", "string"),
+    (SERVER_RUN, "string"),
 )
 
 
@@ -75,10 +94,27 @@ def _count(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
+def abrupt_runs(journal: DataFrame) -> DataFrame:
+    """The server runs that began and never stopped cleanly (``server_run``, ``abrupt``)."""
+    event = F.col("event")
+    return (
+        journal.where(event.isin("server_started", "server_stopped") & (F.col(SERVER_RUN) != ""))
+        .groupBy(SERVER_RUN)
+        .agg(_count(event == "server_stopped").alias("stops"))
+        .where(F.col("stops") == 0)
+        .select(SERVER_RUN, F.lit(True).alias("abrupt"))
+    )
+
+
 def message_events(journal: DataFrame, snapshot: DataFrame | None) -> DataFrame:
-    """The journal's message records, and each message of the snapshot as an
-    ``in_snapshot`` record, in the columns the audit reads."""
-    events = journal.where(F.col("message_id").isNotNull()).select(*_EVENT_COLUMNS)
+    """The journal's message records, each saying whether its run ended abruptly, and each
+    message of the snapshot as an ``in_snapshot`` record, in the columns the audit reads."""
+    events = (
+        journal.where(F.col("message_id").isNotNull())
+        .select(*_EVENT_COLUMNS)
+        .join(F.broadcast(abrupt_runs(journal)), SERVER_RUN, "left")
+        .fillna(False, ["abrupt"])
+    )
     if snapshot is None:
         return events
     stored = snapshot.select(
@@ -90,6 +126,7 @@ def message_events(journal: DataFrame, snapshot: DataFrame | None) -> DataFrame:
         F.lit(True).alias("persistent"),
         F.col("expires"),
         *(F.lit(None).cast(t).alias(c) for c, t in _NULLS),
+        F.lit(False).alias("abrupt"),
     )
     return events.unionByName(stored)
 
@@ -110,6 +147,10 @@ def deliveries(events: DataFrame) -> DataFrame:
             _count(event == "unacknowledged").alias("unacknowledged"),
             _count(event == "discarded").alias("discarded"),
             F.max(F.when(event == "discarded", F.col("reason"))).alias("discard_reason"),
+            # A session lives in one process: all its records are of one run.
+            F.max(SERVER_RUN).alias(SERVER_RUN),
+            F.max("abrupt").alias("abrupt"),
+            F.max(F.when(event.isin(*DELIVERIES), F.col("ts"))).alias("last_delivery_ts"),
         )
     )
     settled = (
@@ -133,7 +174,7 @@ def deliveries(events: DataFrame) -> DataFrame:
             F.concat(F.lit("acknowledged without a delivery to "), who),
         )
         .when(
-            (F.col("delivered") > 0) & (settled < F.col("delivered")),
+            (F.col("delivered") > 0) & (settled < F.col("delivered")) & ~F.col("abrupt"),
             F.concat(F.lit("delivery to "), who, F.lit(" never settled")),
         )
         .when(
@@ -166,18 +207,28 @@ def messages(events: DataFrame) -> DataFrame:
         _count(event == "refused").alias("refused"),
         F.max(F.when(event == "refused", F.col("reason"))).alias("refusal"),
         _count(event == IN_SNAPSHOT).alias(IN_SNAPSHOT),
+        F.min(F.col("abrupt").cast("int")).alias("only_on_ended_runs"),
     )
 
 
 def per_message(deliveries: DataFrame) -> DataFrame:
-    """The deliveries of each message, summed over its subscriptions."""
-    return deliveries.groupBy(*KEY).agg(
-        F.sum("delivered").alias("deliveries"),
-        (F.sum("acknowledged") - F.sum("unacknowledged")).alias("acknowledgements"),
-        F.sum("nacked_drop").alias("nack_drops"),
-        F.sum("discarded").alias("subscriber_discards"),
-        F.max("discard_reason").alias("subscriber_discard_reason"),
-        F.collect_list("problem").alias("delivery_problems"),  # the nulls left out
+    """The deliveries of each message, summed over its subscriptions. An acknowledgement
+    taken on a run that ended abruptly, of a message delivered again on a later run, does
+    not count: its removal never reached the store."""
+    last_run = F.max_by(SERVER_RUN, "last_delivery_ts").over(Window.partitionBy(*KEY))
+    void = F.col("abrupt") & F.coalesce(F.col(SERVER_RUN) != F.col("last_run"), F.lit(False))
+    counted = F.when(void, 0).otherwise(F.col("acknowledged") - F.col("unacknowledged"))
+    return (
+        deliveries.withColumn("last_run", last_run)
+        .groupBy(*KEY)
+        .agg(
+            F.sum("delivered").alias("deliveries"),
+            F.sum(counted).alias("acknowledgements"),
+            F.sum("nacked_drop").alias("nack_drops"),
+            F.sum("discarded").alias("subscriber_discards"),
+            F.max("discard_reason").alias("subscriber_discard_reason"),
+            F.collect_list("problem").alias("delivery_problems"),  # the nulls left out
+        )
     )
 
 
@@ -215,13 +266,13 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
     )
     ended = refused | stored | dead | moved | expired | discarded
     any_topic_end = ended | acknowledged | dropped_for_each
+    no_fate = ~topic & (F.size(names) == 0) | topic & ~any_topic_end
+    # Every record on runs that ended abruptly, never stored: gone with its server.
+    lost = no_fate & (c("only_on_ended_runs") == 1) & (c("stored") == 0)
     problem_list = [
         F.when(c("received") == 0, F.lit("no received record")),
         F.when(c("received") > 1, F.lit("received more than once")),
-        F.when(
-            ~topic & (F.size(names) == 0) | topic & ~any_topic_end,
-            F.lit("no fate"),
-        ),
+        F.when(no_fate & ~lost, F.lit("no fate")),
         F.when(
             ~topic & (F.size(names) > 1),
             F.concat(F.lit("fates that cannot go together: "), F.array_join(names, ", ")),
@@ -257,10 +308,12 @@ def verdicts(messages: DataFrame, delivered: DataFrame) -> DataFrame:
         .when(moved, F.lit("moved"))
         .when(expired, F.lit("expired"))
         .when(acknowledged, F.lit("acknowledged"))
+        .when(lost, F.lit("lost"))
         .otherwise(F.lit("discarded"))
     )
     reason = (
         F.when(fate == "refused", c("refusal"))
+        .when(fate == "lost", F.lit(ENDED_WITH_ITS_SERVER))
         .when(fate != "discarded", F.lit(None))
         .when(discarded, c("discard_reason"))
         .when(c("subscriber_discards") > 0, c("subscriber_discard_reason"))

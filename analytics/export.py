@@ -2,7 +2,8 @@
 
 The audits compare the journal with what is left: a message still stored has
 that fate. The export opens the stores as the server does (the write-ahead
-log is replayed first), so the server must be stopped; it reads every queue's
+log is replayed first), so the server must be stopped (every node of an HA
+pair: the export takes the lease for the time it reads); it reads every queue's
 and every topic's log in order, a page at a time, and writes one row per
 stored message (``SNAPSHOT_COLUMNS``) with pyarrow, a row group at a time, so
 that a large store never sits in memory. The Spark jobs read this file and
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 from wiremq.config.groups import QueueStoreSettings
 from wiremq.config.settings import Settings
 from wiremq.modules.journal.schema import BOOLEAN, LONG, STRING, store_of
-from wiremq.server.stores import open_store
+from wiremq.server.ha import stopped_store
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
 
 from .journal import SNAPSHOT_COLUMNS
@@ -71,9 +72,8 @@ def export(settings: Settings, out: Path) -> Exported:
     """Write the snapshot of the stores ``settings`` name to ``out`` (a Parquet file)."""
     exported_at = time.time_ns() // 1_000_000
     page = QueueStoreSettings.read(settings, "PersQueueFileStore").readmsgamount
-    store = open_store(settings)
     count = 0
-    try:
+    with stopped_store(settings) as store:
         destinations = len(store.destinations(QUEUE_PREFIX)) + len(store.destinations(TOPIC_PREFIX))
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".part")
@@ -89,8 +89,6 @@ def export(settings: Settings, out: Path) -> Exported:
             writer.write_table(_table(group))
             count += len(group)
         partial.replace(out)
-    finally:
-        store.close()
     return Exported(out, count, destinations, exported_at)
 
 

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CORRUPT = "_corrupt_record"
+# The server run that wrote a record, from its file's name (<time>-<run>-<n>.jsonl): which
+# run a delivery or an acknowledgement happened on, across the nodes of an HA pair.
+SERVER_RUN = "server_run"
+_FILE_RUN = r"-([0-9a-f]{8})-[0-9]+\.jsonl$"
 _SPARK_TYPES = {STRING: T.StringType(), LONG: T.LongType(), BOOLEAN: T.BooleanType()}
 
 # What ``wiremq export`` writes for every stored message (analytics/export.py).
@@ -37,10 +41,14 @@ SNAPSHOT_COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def journal_schema() -> T.StructType:
-    """The journal's record as Spark reads it: every field of the schema, nullable."""
+    """The journal's record as Spark reads it: every field of the schema, nullable, and the
+    server run that wrote it (``SERVER_RUN``)."""
     return T.StructType(
         [T.StructField(f.name, _SPARK_TYPES[f.type], True) for f in FIELDS]
-        + [T.StructField(CORRUPT, T.StringType(), True)]
+        + [
+            T.StructField(SERVER_RUN, T.StringType(), True),
+            T.StructField(CORRUPT, T.StringType(), True),
+        ]
     )
 
 
@@ -50,16 +58,18 @@ def snapshot_schema() -> T.StructType:
     )
 
 
-def read_journal(spark: SparkSession, path: str) -> DataFrame:
-    """Every record of the journal files at ``path`` (a folder, a file, a glob, any URL
-    Spark reads); unreadable lines have only ``_corrupt_record``."""
+def read_journal(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Every record of the journal files at ``paths`` (folders, files, globs, any URL Spark
+    reads: the journals of every node of an HA pair, say), with the server run that wrote
+    it; unreadable lines have only ``_corrupt_record`` (and the run)."""
     return (
         spark.read.schema(journal_schema())
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
         .option("recursiveFileLookup", "true")
         .option("pathGlobFilter", "*.jsonl")
-        .json(path)
+        .json(paths)
+        .withColumn(SERVER_RUN, F.regexp_extract(F.input_file_name(), _FILE_RUN, 1))
     )
 
 

@@ -58,11 +58,7 @@ ALL = DestinationSwitch(True, frozenset())
 
 
 def subscriber(session: str, sub_id: str, ack: str) -> SimpleNamespace:
-    return SimpleNamespace(
-        client=SimpleNamespace(session=SimpleNamespace(session_id=session)),
-        sub_id=sub_id,
-        ack_mode=ack,
-    )
+    return SimpleNamespace(session_id=session, sub_id=sub_id, ack_mode=ack)
 
 
 class Generator:

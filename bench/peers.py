@@ -115,7 +115,8 @@ def sync_rate(folder: Path, seconds: float = 2.0) -> float:
 
 
 def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
-    """The persistent scenarios, interleaved over ``brokers``; a table of medians."""
+    """The persistent scenarios, interleaved over ``brokers``; a table of medians, with the
+    first broker's rate over each other's and its server CPU per message."""
     runs: dict[tuple[str, str], list[dict[str, object]]] = {}
     with (out / "persistent.jsonl").open("a") as log:
         for _ in range(repeats):
@@ -157,14 +158,14 @@ def persistent(brokers: list[dict[str, str]], repeats: int, out: Path) -> str:
         "| scenario | phase | "
         + " | ".join(f"{label} msgs/s" for label in labels)
         + " | "
-        + " | ".join(f"wiremq/{label}" for label in labels[1:])
-        + " | wiremq us CPU/msg |",
+        + " | ".join(f"{labels[0]}/{label}" for label in labels[1:])
+        + f" | {labels[0]} us CPU/msg |",
         "|---|---|" + "---|" * (2 * len(labels) - 1) + "---|",
     ]
     for scenario in PERSISTENT:
         for phase, key in (("fill", "send_msgs_per_s"), ("drain", "drain_msgs_per_s")):
             rates = [median(scenario, label, key) for label in labels]
-            cpu = median(scenario, "wiremq", "broker_cpu_s")
+            cpu = median(scenario, labels[0], "broker_cpu_s")
             messages = PERSISTENT[scenario][3]
             per_message = f"{cpu / messages * 1e6:.0f} (fill and drain)" if cpu else "-"
             lines.append(

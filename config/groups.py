@@ -32,6 +32,7 @@ class ServerSettings(SettingsGroup):
     logformat: str
     packinterval: float
     recentevents: int
+    reservedfiledescriptors: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,12 @@ class ClientBounds(SettingsGroup):
 
     maxconnections: int
     maxconnectionsperaddress: int
+    maxpendingconnections: int
     connecttimeout: float
     maxconnectsize: int
     maxunfinishedbytes: int
+    discardbytes: int
+    discardtime: float
     maxsubscriptions: int
     maxtransactions: int
 
@@ -136,6 +140,32 @@ class WalSettings(SettingsGroup):
     catchupinterval: float
     catchuptime: float
     syncpoll: float
+
+
+@dataclass(frozen=True, slots=True)
+class HaSettings(SettingsGroup):
+    """HA: this node of an active/standby pair, its name and its lease's times."""
+
+    enabled: bool
+    node: str
+    leasetime: float
+    renewinterval: float
+    tryinterval: float
+    margin: float
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSpaceSettings(SettingsGroup):
+    """DiskSpace: the free-disk watermark of each filesystem holding a store or the log."""
+
+    minfreebytes: int
+    resumefreebytes: int
+    maxusedpercent: int
+    resumeusedpercent: int
+    usagesetpercent: int
+    usageclearpercent: int
+    reservebytes: int
+    checkinterval: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +239,7 @@ class DestinationPolicy(SettingsGroup):
     spoolquota: int
     lowpriorityrejectlimit: int
     shutdown: bool
+    declared: bool
     journal: bool
     maxredeliveries: int
     redeliverydelay: int
@@ -298,12 +329,15 @@ class AdminSettings(SettingsGroup):
 
     host: str
     port: int
+    maxconnections: int
     tls: bool
     sessiontimeout: float
     sampleinterval: float
     history: float
     chartdestinations: int
     browsebytes: int
+    messagebytes: int
+    countlimit: int
     maxrequestbytes: int
 
 

@@ -7,7 +7,7 @@ choice of ours.
 
 from __future__ import annotations
 
-from wiremq.config.registry import Order, Parameter, Registry
+from wiremq.config.registry import Condition, Order, Parameter, Registry
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -33,6 +33,18 @@ PARAMETERS = [
         "console",
         "How log events are written: readable lines or one JSON object per line",
         choices=("console", "json"),
+    ),
+    Parameter(
+        "Server",
+        "reservedfiledescriptors",
+        int,
+        64,
+        "File descriptors kept for the stores, the write-ahead log and the journal (new "
+        "log segments, journal files, packs): the listeners never take them, so that a "
+        "connection storm cannot make a persistent SEND fail",
+        unit="descriptors",
+        minimum=8,
+        maximum=1_000_000,
     ),
     Parameter(
         "Server",
@@ -166,6 +178,18 @@ PARAMETERS += [
     ),
     Parameter(
         "StompListener",
+        "maxpendingconnections",
+        int,
+        1000,
+        "Sockets the STOMP and WebSocket listeners keep open at once beyond maxconnections "
+        "(not yet CONNECTed, or being refused); with them all open the listeners accept no "
+        "more until one closes, so that the stores keep their file descriptors",
+        unit="connections",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Parameter(
+        "StompListener",
         "connecttimeout",
         float,
         10.0,
@@ -197,6 +221,29 @@ PARAMETERS += [
         unit="bytes",
         minimum=MIB,
         maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardbytes",
+        int,
+        256 * MIB,
+        "Bytes still read (and thrown away) of a frame refused for its size before the "
+        "connection closes, so that a client that is writing it finishes and reads the "
+        "ERROR; a frame with more left is cut off (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * 1024 * MIB,
+    ),
+    Parameter(
+        "StompListener",
+        "discardtime",
+        float,
+        10.0,
+        "Longest time the rest of a frame refused for its size is read (and thrown away) "
+        "before the connection closes",
+        unit="s",
+        minimum=0.1,
+        maximum=600.0,
     ),
     Parameter(
         "StompListener",
@@ -357,6 +404,106 @@ for _group, _file, _what in (
             live=True,
         ),
     ]
+# -- free disk space where the stores and the log are ---------------------------------------
+PARAMETERS += [
+    Parameter(
+        "DiskSpace",
+        "minfreebytes",
+        int,
+        128 * MIB,
+        "Persistent producers are stopped (not read) while a filesystem holding a store or "
+        "the write-ahead log has less free space than this",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumefreebytes",
+        int,
+        192 * MIB,
+        "Stopped persistent producers are read again once that filesystem has this much "
+        "free space again",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 50,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "maxusedpercent",
+        int,
+        -1,
+        "Persistent producers are also stopped while such a filesystem is this full",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "resumeusedpercent",
+        int,
+        -1,
+        "They are read again once it is no fuller than this",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        off=-1,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usagesetpercent",
+        int,
+        80,
+        "Disk usage (of the space in use where producers are stopped) at which a usage "
+        "event is raised",
+        unit="%",
+        minimum=1,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "usageclearpercent",
+        int,
+        60,
+        "Disk usage at which the usage event is cleared",
+        unit="%",
+        minimum=0,
+        maximum=100,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "reservebytes",
+        int,
+        16 * MIB,
+        "Space kept in a file on each such filesystem and given back when it is full, so "
+        "that acknowledgements, the databases' catch-up with the log and a start can "
+        "still write (0: none)",
+        unit="bytes",
+        minimum=0,
+        maximum=1 << 40,
+        live=True,
+    ),
+    Parameter(
+        "DiskSpace",
+        "checkinterval",
+        float,
+        1.0,
+        "Time between two looks at the free space of those filesystems",
+        unit="s",
+        minimum=0.01,
+        maximum=60.0,
+        live=True,
+    ),
+]
 # -- the write-ahead log in front of the stores' databases ---------------------------------
 PARAMETERS += [
     Parameter(
@@ -365,7 +512,8 @@ PARAMETERS += [
         int,
         16 * MIB,
         "Size of one file of the write-ahead log (in the data folder's wal/); a file goes "
-        "once the databases have applied everything in it",
+        "once the databases have applied everything in it (HA: the most of the log kept "
+        "in memory for the databases' catch-up)",
         unit="bytes",
         minimum=64 * KIB,
         maximum=1024 * MIB,
@@ -411,7 +559,7 @@ PARAMETERS += [
         "Longest time the event loop and the log's sync thread, with nothing else to do, "
         "poll for work instead of sleeping: the loop from the start of a sync (if the "
         "last one took no longer), both from its end, for the producers' next requests "
-        "(0: they always sleep)",
+        "(0: they always sleep; no effect in HA mode, where the log is in the database)",
         unit="s",
         minimum=0.0,
         maximum=0.01,
@@ -698,6 +846,119 @@ PARAMETERS += [
     ),
 ]
 
+# -- high availability: an active/standby pair on a shared PostgreSQL (docs/ha.md) ---------
+PARAMETERS += [
+    Parameter(
+        "HA",
+        "enabled",
+        bool,
+        False,
+        "Run as one node of an active/standby pair (or more) sharing its stores in "
+        "PostgreSQL: the node holding the lease serves, the others wait with their STOMP "
+        "and WebSocket ports closed and take over when it is gone",
+    ),
+    Parameter(
+        "HA",
+        "node",
+        str,
+        "",
+        "This node's name in the lease, the failover history and the health answers "
+        "(empty: the host name)",
+    ),
+    Parameter(
+        "HA",
+        "leasetime",
+        float,
+        4.0,
+        "How long the lease lasts after the active's last renewal, by the database's "
+        "clock: a standby takes over once it ran out (an active unreachable or paused)",
+        unit="s",
+        minimum=1.0,
+        maximum=600.0,
+    ),
+    Parameter(
+        "HA",
+        "renewinterval",
+        float,
+        0.5,
+        "Time between two renewals of the lease by the active",
+        unit="s",
+        minimum=0.05,
+        maximum=300.0,
+    ),
+    Parameter(
+        "HA",
+        "tryinterval",
+        float,
+        0.5,
+        "Time between two tries of a standby to take the lease; an active that died "
+        "(its database session ended) is replaced at the next try",
+        unit="s",
+        minimum=0.05,
+        maximum=60.0,
+    ),
+    Parameter(
+        "HA",
+        "margin",
+        float,
+        1.0,
+        "An active that could not renew its lease stops serving (and becomes a standby) "
+        "this long before the lease would run out by its own clock",
+        unit="s",
+        minimum=0.1,
+        maximum=300.0,
+    ),
+]
+
+
+def _postgresql(uri: object) -> bool:
+    return str(uri).startswith(("postgresql://", "postgres://"))
+
+
+def _not_postgresql(queues: object, topics: object) -> str:
+    wrong = [
+        f"{group}.storageuri ({_scheme(uri)})"
+        for group, uri in (("PersQueueFileStore", queues), ("TopicFileStore", topics))
+        if not _postgresql(uri)
+    ]
+    verb = "is not a postgresql://user:password@host:port/db URI"
+    if len(wrong) > 1:
+        verb = "are not postgresql://user:password@host:port/db URIs"
+    return (
+        "HA.enabled needs both stores in PostgreSQL, where every node sees them, but "
+        + " and ".join(wrong)
+        + f" {verb}"
+    )
+
+
+def _scheme(uri: object) -> str:
+    """What a storage URI is, without repeating it (it may hold a password)."""
+    text = str(uri)
+    if not text:
+        return "empty: a file in the data folder"
+    scheme, found, _ = text.partition("://")
+    return f"a {scheme}:// URI" if found else "a file path"
+
+
+RELATIONS += [
+    Condition(
+        ("HA.enabled", "PersQueueFileStore.storageuri", "TopicFileStore.storageuri"),
+        lambda enabled, queues, topics: (
+            not enabled or (_postgresql(queues) and _postgresql(topics))
+        ),
+        lambda enabled, queues, topics: _not_postgresql(queues, topics),
+    ),
+    Condition(
+        ("HA.renewinterval", "HA.margin", "HA.leasetime"),
+        lambda renew, margin, lease: renew + margin < lease,
+        lambda renew, margin, lease: (
+            f"the active renews its lease every {renew:g} s and stops {margin:g} s before it "
+            f"would run out, so the lease must last longer than {renew + margin:g} s "
+            f"(HA.leasetime is {lease:g} s)"
+        ),
+    ),
+]
+
 # -- flow control: watermarks that stop producers (chapter 2 of the manual) ---------------
 
 
@@ -869,6 +1130,16 @@ PARAMETERS += [
         False,
         "A shut-down destination refuses new messages (each SEND gets an ERROR naming its "
         "receipt); its consumers still get what it holds",
+        live=True,
+    ),
+    Parameter(
+        "Destination",
+        "declared",
+        bool,
+        False,
+        "A declared destination exists from the server's start and is not removed when idle "
+        "(the console's Create declares the destination it makes); an undeclared one is made "
+        "on first use and removed after idletimetolive unused",
         live=True,
     ),
     Parameter(
@@ -1095,6 +1366,17 @@ PARAMETERS += [
     ),
     Parameter(
         "Admin",
+        "maxconnections",
+        int,
+        64,
+        "Connections the console keeps open at once; with them all open it accepts no more "
+        "until one closes",
+        unit="connections",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Parameter(
+        "Admin",
         "tls",
         bool,
         False,
@@ -1152,6 +1434,29 @@ PARAMETERS += [
         unit="bytes",
         minimum=0,
         maximum=MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "messagebytes",
+        int,
+        MIB,
+        "Bytes of a message body shown when one message is opened (its size is shown whole)",
+        unit="bytes",
+        minimum=0,
+        maximum=64 * MIB,
+        live=True,
+    ),
+    Parameter(
+        "Admin",
+        "countlimit",
+        int,
+        100_000,
+        "Stored messages the console reads at most to count a durable subscription's backlog "
+        "(past it the count shows as at least that many)",
+        unit="messages",
+        minimum=1000,
+        maximum=100_000_000,
         live=True,
     ),
     Parameter(
@@ -1237,9 +1542,10 @@ PARAMETERS += [
         "Security",
         "usersfilecheckinterval",
         float,
-        1.0,
-        "How often the server looks whether the users file changed; the permissions of "
-        "connected clients follow the change",
+        0.5,
+        "How often the server looks whether the users file changed; connected clients "
+        "follow the change: a subscription that lost read ends with an ERROR naming it, a "
+        "removed user's connections are closed",
         unit="s",
         minimum=0.1,
         maximum=3600.0,
@@ -1474,6 +1780,23 @@ RELATIONS += [
         "MessageSpool.usageclearpercent",
         "MessageSpool.usagesetpercent",
         "the spool usage event is cleared at or below where it is raised",
+    ),
+    Order(
+        "DiskSpace.minfreebytes",
+        "DiskSpace.resumefreebytes",
+        "producers stopped for lack of disk space are read again at or above where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.resumeusedpercent",
+        "DiskSpace.maxusedpercent",
+        "producers stopped for a full disk are read again at or below where they stop",
+        paired=True,
+    ),
+    Order(
+        "DiskSpace.usageclearpercent",
+        "DiskSpace.usagesetpercent",
+        "the disk usage event is cleared at or below where it is raised",
     ),
     Order(
         "SlowSubscriber.warnshare",

@@ -5,8 +5,9 @@ A ``Parameter`` knows its group and name (the manual's, e.g.
 whether it may change while the server runs, and a one-line description.
 config.xml parsing, validation, the default config file and the parameter
 reference are all derived from it; a parameter is added in one place
-(``parameters.py``). Rules between two parameters (a low watermark not above
-its high one) are declared there too, as ``Order``s, and checked by
+(``parameters.py``). Rules between parameters are declared there too, as
+``Order``s (a low watermark not above its high one) and ``Condition``s (what
+an order cannot say: HA needs both stores in PostgreSQL), and checked by
 ``Registry.check`` wherever values are given, so that a configuration that
 passes its parameters one by one cannot break the server later.
 """
@@ -126,8 +127,24 @@ class Order:
     paired: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A rule over several parameters (``Group.name`` each) that an ``Order`` cannot say.
+
+    ``holds`` and ``explain`` take the values of ``keys``, in that order:
+    ``holds`` says whether they keep the rule, ``explain`` what is wrong when
+    they do not (worded for the operator; it must not repeat a secret, such as
+    a password in a storage URI). The parameter of them given last is blamed.
+    """
+
+    keys: tuple[str, ...]
+    holds: Callable[..., bool]
+    explain: Callable[..., str]
+
+
 class RelationError(ValueError):
-    """Values that break an ``Order``; ``parameter`` is the one of the two to blame."""
+    """Values that break a rule (``Order``, ``Condition``); ``parameter`` is the one to
+    blame."""
 
     def __init__(self, parameter: Parameter, problem: str) -> None:
         super().__init__(problem)
@@ -137,7 +154,9 @@ class RelationError(ValueError):
 class Registry:
     """All parameters, looked up by group and name without regard to case."""
 
-    def __init__(self, parameters: Iterable[Parameter], relations: Iterable[Order] = ()) -> None:
+    def __init__(
+        self, parameters: Iterable[Parameter], relations: Iterable[Order | Condition] = ()
+    ) -> None:
         self._by_key: dict[tuple[str, str], Parameter] = {}
         self._aliases: dict[tuple[str, str], Parameter] = {}
         self._groups: dict[str, str] = {}
@@ -151,7 +170,11 @@ class Registry:
                 self._aliases[(p.group.lower(), alias.lower())] = p
             self._groups.setdefault(p.group.lower(), p.group)
         self._relations: list[tuple[Order, Parameter, Parameter]] = []
+        self._conditions: list[tuple[Condition, list[Parameter]]] = []
         for relation in relations:
+            if isinstance(relation, Condition):
+                self._conditions.append((relation, [self._known(k) for k in relation.keys]))
+                continue
             low, high = self._known(relation.low), self._known(relation.high)
             self._relations.append((relation, low, high))
         try:
@@ -179,13 +202,18 @@ class Registry:
     def problems(
         self, value: Callable[[Parameter], Value], given: Callable[[Parameter], int]
     ) -> list[RelationError]:
-        """Every ``Order`` the values break, each blaming one parameter (as ``check``)."""
+        """Every rule the values break, each blaming one parameter (as ``check``)."""
         found = []
         for relation, low, high in self._relations:
             if not _holds(relation, low, high, value(low), value(high)):
                 blamed, other = (low, high) if given(low) > given(high) else (high, low)
                 problem = _problem(relation, blamed, value(blamed), other, value(other))
                 found.append(RelationError(blamed, problem))
+        for condition, params in self._conditions:
+            values = [value(p) for p in params]
+            if not condition.holds(*values):
+                blamed = max(params, key=given)  # the first of them if none was given
+                found.append(RelationError(blamed, condition.explain(*values)))
         return found
 
     def __iter__(self) -> Iterator[Parameter]:

@@ -8,13 +8,13 @@ them all.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from wiremq.config.groups import (
+    AdminSettings,
     ClientBounds,
     ListenerSettings,
     MemWatchSettings,
@@ -26,17 +26,21 @@ from wiremq.config.groups import (
 )
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import DOMAINS, LevelSpec, ModuleSpec, default_memory_levels
-from wiremq.modules.client.connection import ClientConnection, ConnectionServices
+from wiremq.modules.client.connection import Admissions, ClientConnection, ConnectionServices
 from wiremq.modules.client.core_session import Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
+from wiremq.modules.destinations.copies import Copier
 from wiremq.modules.destinations.deadletter import DeadLetters
 from wiremq.modules.destinations.destination import DestinationServices
 from wiremq.modules.destinations.durable import ReplayManager
 from wiremq.modules.destinations.expiry import Expiry
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
+from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.egress_queues import WORK_UNIT
 from wiremq.modules.flow.spool import Spool
 from wiremq.modules.flow.unfinished import UnfinishedFrames
@@ -51,6 +55,7 @@ from wiremq.modules.pipeline.catalog import build_chain, build_memory_levels
 from wiremq.modules.pipeline.chain import ModuleContext, Pipelines
 from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.pipeline.xa import PREPARED_AREA, XAController
+from wiremq.modules.publisher import Publisher
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.security.authentication import Authenticator
 from wiremq.modules.security.users import Users, UsersFile
@@ -73,27 +78,38 @@ class Core:
         journal_folder: Path | None = None,
         memory_levels: list[LevelSpec] | None = None,
         measure_memory: Callable[[], int] | None = None,
+        disk: DiskSpace | None = None,
     ) -> None:
         """``journal_folder``: where the audit journal is written (none: not written);
         ``memory_levels``: MemWatch's (None: the manual's); ``measure_memory``: the
-        process's resident bytes (None: MemWatch goes by its estimate)."""
+        process's resident bytes (None: MemWatch goes by its estimate); ``disk``: the
+        free-disk watermark of the stores' filesystems (None: none)."""
         self.settings = settings
         self.runtime = runtime
         self.store = store
         self.ids = Ids()
         self.pipelines = Pipelines()
         destinations: list[Destinations] = []  # made below: the flow control asks it later
-        self.flow = FlowControl(settings, lambda domain: destinations[0].blocking_producers(domain))
+        self.flow = FlowControl(
+            settings, lambda domain: destinations[0].blocking_producers(domain), disk
+        )
         self.journal = (
             RecordingJournal(settings, runtime, journal_folder, self.flow)
             if journal_folder is not None
             else Journal()
         )
         self.persistence = Persistence(store, runtime, settings) if store is not None else None
+        self.copier = Copier(settings, runtime.now_ms)
+        self.fates = FateCounts()
         self.dead_letters = DeadLetters(
-            settings, self.persistence, self.pipelines.submit, self.journal
+            settings,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
+            self.fates,
         )
-        self.expiry = Expiry(settings, self.dead_letters, self.journal)
+        self.expiry = Expiry(settings, self.dead_letters, self.journal, self.fates)
         self.replays = ReplayManager(settings, runtime)
         if self.persistence is not None:
             self.replays.attach(self.persistence, self.expiry)
@@ -126,12 +142,14 @@ class Core:
                 self.volatile,
                 self.journal,
                 self.pools,
+                self.fates,
             )
         )
         destinations.append(self.destinations)
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
+            self.persistence.writer.on_segment = self.flow.disk.check
         bounds = ClientBounds.read(settings, "StompListener")
         self.transactions = TransactionManager(
             bounds.maxtransactions,
@@ -147,6 +165,7 @@ class Core:
         self.clients: set[ClientConnection] = set()
         self.users = Users(UsersFile(ServerSettings.read(settings, "Server").datadir))
         self.authenticator = Authenticator(self.users, settings, runtime, bounds.maxconnections)
+        self._users_followed = self.users.generation  # the users file the clients follow
         self.memwatch = MemWatch(
             memwatch,
             build_memory_levels(
@@ -183,15 +202,29 @@ class Core:
             runtime,
             self.ids,
             self.clients,
-            Counter(),
+            Admissions(),
             self.unfinished,
             bounds,
             self.memwatch,
             self.sessions,
         )
 
+        self.publisher = Publisher(
+            self.destinations, self.pipelines.submit, self.ids.message, runtime.now_ms
+        )
+        self.durables = DurableSubscriptions(
+            self.persistence,
+            self.destinations,
+            self.journal,
+            lambda: AdminSettings.read(settings, "Admin").countlimit,
+        )
         self.operations = Operations(
-            self.destinations, self.clients, self.persistence, self.pipelines.submit, self.journal
+            self.destinations,
+            self.clients,
+            self.persistence,
+            self.pipelines.submit,
+            self.journal,
+            self.copier,
         )
         settings.on_change(self._settings_changed)
 
@@ -204,6 +237,19 @@ class Core:
         self.replays.configure(self.settings)
         if self.store is not None:
             self.spool.store_changed([d.name for d in self.destinations])
+
+    def follow_users(self) -> None:
+        """Read the users file again if it changed; the connected clients' rights then
+        follow it (``ClientConnection.rights_changed``). Without a users file (removed)
+        everyone may do everything, as new connections find."""
+        self.authenticator.refresh()
+        users = self.users
+        if users.generation == self._users_followed:
+            return
+        self._users_followed = users.generation
+        if users.configured:
+            for client in list(self.clients):
+                client.rights_changed()
 
     def module_context(self, domain: str) -> ModuleContext:
         """What a module of ``domain``'s pipeline is given."""
@@ -220,19 +266,21 @@ class Core:
         )
 
     def restore(self) -> None:
-        """Recreate the queues that have stored messages (read back on demand), count what
-        the store holds in its watermarks, load the durable subscriptions and the prepared
-        XA branches."""
+        """Recreate the queues that have stored messages (read back on demand) and the
+        destinations config.xml declares, count what the store holds in its watermarks,
+        load the durable subscriptions and the prepared XA branches."""
         if self.persistence is None or self.store is None:
+            self.destinations.restore({})
             return
         store = self.store
-        queues = [
-            name
+        held = {
+            name: store.count(name)[0]
             for name in store.destinations(QUEUE_PREFIX)
-            if name != PREPARED_AREA and store.count(name)[0]
-        ]
+            if name != PREPARED_AREA
+        }
+        queues = {name: count for name, count in held.items() if count}
         self.destinations.restore(queues)
-        self.spool.store_changed(queues + store.destinations(TOPIC_PREFIX))
+        self.spool.store_changed([*queues, *store.destinations(TOPIC_PREFIX)])
         subscriptions = self.persistence.load_durable_subscriptions()
         self.xa.restore(store)
         log.info(
@@ -282,12 +330,19 @@ class Core:
             "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
         }
 
-    def flow_state(self) -> dict[str, object]:
-        """Every flow-control state in one place: the admin console's view."""
+    def flow_state(self, destinations: bool = True) -> dict[str, object]:
+        """Every flow-control state in one place: the admin console's view; without each
+        destination's (``destinations`` False: the overview of a server with thousands)."""
         return {
             "watermarks": [w.state() for w in self.flow.watermarks()],
-            "queues": [q.state() for q in self.destinations.queues.values()],
-            "topics": [t.state() for t in self.destinations.topics.values()],
+            **(
+                {
+                    "queues": [q.state() for q in self.destinations.queues.values()],
+                    "topics": [t.state() for t in self.destinations.topics.values()],
+                }
+                if destinations
+                else {}
+            ),
             "clients": [c.state() for c in self.clients],
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,
@@ -302,6 +357,7 @@ class Core:
             "delivered_unacked_limit": self.unacked.limit,
             "slow_disconnects": self.flow.slow_disconnects,
             "spool": self.spool.state(),
+            "disk": self.flow.disk.state(),
             "commits": self.persistence.statistics() if self.persistence is not None else {},
             "journal": self.journal.statistics(),
             "totals": {

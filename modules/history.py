@@ -1,114 +1,68 @@
 """The recent past of the server's figures, for the console's charts.
 
 A timer takes a sample of the query API's state (``flow_state``) every
-``Admin.sampleinterval`` seconds: nothing is counted on the message path for
-it. Rates are differences of the counters the path keeps anyway (messages
-each destination received, deliveries), divided by the time between samples.
-What is charted is declared once, in ``SERVER_SERIES`` and
-``DESTINATION_SERIES``: a new figure is one entry there.
+``Admin.sampleinterval`` seconds (the first few sooner: ``next_interval``):
+nothing is counted on the message path for it. Rates are differences of the
+counters the path keeps anyway (messages each destination received,
+deliveries), divided by the time between samples.
+What is charted are the statistics with a chart name (``modules/statistics.py``,
+the table ``/metrics`` exports too).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-State = Mapping[str, Any]
+from wiremq.modules.rates import Rates
+from wiremq.modules.statistics import DESTINATION, SERVER, State, Statistic, charted
 
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One charted figure: a gauge read from a state, or the rate of a counter."""
-
-    name: str
-    label: str
-    unit: str
-    read: Callable[[State], Any]  # a number, or None when the state lacks it
-    rate: bool = False  # charted as the counter's change per second
-
-
-def _depth(state: State) -> float:
-    return float(sum(d["messages"] for d in (*state["queues"], *state["topics"])))
-
-
-def at(*path: str) -> Callable[[State], Any]:
-    """A reader of the value at ``path`` in a state (nested mappings), None where the state
-    has none: what the console's charts and ``/metrics`` read."""
-
-    def read(state: State) -> Any:
-        value: Any = state
-        for key in path:
-            if not isinstance(value, Mapping) or key not in value:
-                return None
-            value = value[key]
-        return value
-
-    return read
-
-
-SERVER_SERIES = (
-    Series("received", "messages received", "msg/s", at("totals", "received"), rate=True),
-    Series("delivered", "messages delivered", "msg/s", at("totals", "delivered"), rate=True),
-    Series("messages", "messages held", "messages", _depth),
-    Series("connections", "connections", "connections", at("totals", "connections")),
-    Series("rss", "server memory (resident)", "bytes", at("memory", "rss_bytes")),
-    Series(
-        "transaction_bytes",
-        "bytes held in open transactions",
-        "bytes",
-        at("transactions", "bytes"),
-    ),
-)
-
-DESTINATION_SERIES = (
-    Series("messages", "messages", "messages", at("messages")),
-    Series("bytes", "bytes", "bytes", at("bytes")),
-    Series("received", "received", "msg/s", at("received"), rate=True),
-    Series("delivered", "delivered", "msg/s", at("delivered"), rate=True),
-)
+SERVER_SERIES = charted(SERVER)
+DESTINATION_SERIES = charted(DESTINATION)
+# The first samples come sooner: at once, then after an eighth, a quarter and a half of
+# the interval, so that a chart shows rates within seconds of a start, not two intervals.
+RAMP = 3
 
 
 class Track:
     """The samples of one subject (the server, or one destination): a time column and
-    a column per series, each at most ``length`` long."""
+    a column per charted statistic (by its chart name), each at most ``length`` long."""
 
-    def __init__(self, series: tuple[Series, ...], length: int) -> None:
-        self.series = series
+    def __init__(self, series: tuple[Statistic, ...], length: int) -> None:
+        self.series = {s.chart or s.metric: s for s in series}
         self.times: deque[float] = deque(maxlen=length)
         self.columns: dict[str, deque[float | None]] = {
-            s.name: deque(maxlen=length) for s in series
+            name: deque(maxlen=length) for name in self.series
         }
         self._last: tuple[float, dict[str, float | None]] | None = None  # for rates
 
     def add(self, now: float, state: State) -> None:
-        raw = {s.name: _number(s.read(state)) for s in self.series}
+        raw = {name: _number(s.read(state)) for name, s in self.series.items()}
         last = self._last
         self._last = (now, raw)
         self.times.append(now)
-        for s in self.series:
-            value = raw[s.name]
+        for name, s in self.series.items():
+            value = raw[name]
             if s.rate:
-                before = last[1][s.name] if last is not None else None
+                before = last[1][name] if last is not None else None
                 elapsed = now - last[0] if last is not None else 0.0
                 if value is None or before is None or elapsed <= 0 or value < before:
                     value = None  # no earlier sample, or the counter started again
                 else:
                     value = (value - before) / elapsed
-            self.columns[s.name].append(value)
+            self.columns[name].append(value)
 
     def json(self, since: float) -> dict[str, Any]:
         keep = [i for i, t in enumerate(self.times) if t > since]
         return {
             "times": [self.times[i] for i in keep],
             "series": {
-                s.name: {
+                name: {
                     "label": s.label,
                     "unit": s.unit,
-                    "values": [_round(self.columns[s.name][i]) for i in keep],
+                    "values": [_round(self.columns[name][i]) for i in keep],
                 }
-                for s in self.series
+                for name, s in self.series.items()
             },
         }
 
@@ -130,11 +84,21 @@ class History:
         self.kept = destinations
         self.server = Track(SERVER_SERIES, self.length)
         self.destinations: dict[str, Track] = {}
+        self.rates = Rates()  # every destination's and connection's latest
+
+    def next_interval(self, interval: float) -> float:
+        """How long to wait for the next sample, taken every ``interval`` seconds once the
+        first few are (see ``RAMP``)."""
+        taken = len(self.server.times)
+        if not taken:
+            return 0.0
+        return interval / 2 ** max(0, RAMP + 1 - taken)
 
     def sample(self, now: float, state: State) -> None:
         """Record one sample; destinations beyond the ``kept`` busiest are left out, and
         those left out for a whole span are forgotten."""
         self.server.add(now, state)
+        self.rates.sample(now, state)
         everyone = [*state["queues"], *state["topics"]]
         busiest = sorted(everyone, key=lambda d: (d["messages"], d["received"]), reverse=True)
         for destination in busiest[: self.kept]:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from wiremq.modules.sender import Sender
 
 # Headers of a SEND that describe the SEND itself, not the message.
-_FRAME_ONLY_HEADERS = frozenset(
+FRAME_ONLY_HEADERS = frozenset(
     {"destination", "receipt", "transaction", "content-length", "message-id", "subscription", "ack"}
 )
 CLASS_OF_SERVICE = "class-of-service"
@@ -174,7 +174,7 @@ class Message:
     @property
     def user_headers(self) -> list[tuple[str, str]]:
         """Headers passed on to consumers."""
-        return [(k, v) for k, v in self.headers.items() if k not in _FRAME_ONLY_HEADERS]
+        return [(k, v) for k, v in self.headers.items() if k not in FRAME_ONLY_HEADERS]
 
     def wire_tail(self, stomp_version: str) -> bytes:
         """The MESSAGE frame after its subscription/ack lines, escaped for ``stomp_version``."""
@@ -187,14 +187,14 @@ class Message:
                 self.message_id,
                 self.destination,
                 self.headers,
-                _FRAME_ONLY_HEADERS,
+                FRAME_ONLY_HEADERS,
                 self.body,
                 self.redelivered,
             ) or escaped_message_tail(
                 self.message_id,
                 self.destination,
                 self.headers,
-                _FRAME_ONLY_HEADERS,
+                FRAME_ONLY_HEADERS,
                 self.body,
                 self.redelivered,
                 stomp_version,

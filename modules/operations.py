@@ -1,9 +1,13 @@
 """What an operator does to the running server: the admin console's actions.
 
-Purge a queue, delete a destination, disconnect a client, browse a queue's
-messages, and take single messages out of a queue: delete them, move them to
-another destination, or send a dead message back where it came from. Messages
-delivered and not yet acknowledged are the consumer's: no action touches them.
+Make a destination, purge a queue, delete a destination, disconnect a client,
+publish a message, browse a queue's messages (a page at a time, those a JMS
+selector selects) and read one whole, copy one to another destination, and take
+single messages out of a queue: delete them, move them to another destination,
+or send a dead message back where it came from; list a topic's durable
+subscriptions and remove one.
+Messages delivered and not yet acknowledged are the consumer's: no action
+touches them.
 
 A queue's waiting messages are in memory (non-persistent ones, and the
 persistent ones of its live buffer) and, past its live buffer, in the store
@@ -17,16 +21,19 @@ message. The results come back through ``done`` callbacks on the event loop.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
 from wiremq.modules.client.connection import ClientConnection
+from wiremq.modules.destinations.copies import Copier, sent_copy
 from wiremq.modules.destinations.deadletter import DEAD_HEADERS, ORIGINAL_DESTINATION
 from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.queue import Queue
-from wiremq.modules.destinations.registry import Destinations
+from wiremq.modules.destinations.registry import Destinations, check_name
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.domains import domain_of
 from wiremq.modules.errors import Refused
@@ -35,6 +42,7 @@ from wiremq.modules.journal.schema import DELETED, PURGED
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.store import Persistence
 from wiremq.modules.pipeline.chain import Batch
+from wiremq.modules.selector import SelectorError, compile_selector
 from wiremq.modules.stomp.frames import ProtocolError
 from wiremq.stores.api import Batch as StoredBatch
 from wiremq.stores.api import Committed, StoreTransaction
@@ -70,10 +78,14 @@ class MessageView:
     expires: int
     redelivered: bool
     headers: dict[str, str]
-    body: bytes  # its first bytes only (Admin.browsebytes)
+    body: bytes  # its first bytes (Admin.browsebytes browsing, Admin.messagebytes opened)
     stored_at: int  # its position in the store (0: not stored)
 
     def json(self) -> dict[str, object]:
+        """Its fields; a body that is text as text, else as hex (``encoding``)."""
+        truncated = len(self.body) < self.size
+        text = _text(self.body, truncated)
+        body, encoding = (self.body.hex(), "hex") if text is None else (text, "text")
         return {
             "message_id": self.message_id,
             "persistent": self.persistent,
@@ -82,10 +94,23 @@ class MessageView:
             "expires": self.expires,
             "redelivered": self.redelivered,
             "headers": self.headers,
-            "body": self.body.decode("utf-8", "replace"),
-            "body_truncated": len(self.body) < self.size,
+            "body": body,
+            "encoding": encoding,
+            "body_truncated": truncated,
             "stored_at": self.stored_at,
         }
+
+
+def _text(body: bytes, truncated: bool) -> str | None:
+    """``body`` as text if it is UTF-8 without control characters but tab and line ends
+    (the first bytes of a longer body may end inside a character); None if binary."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(body, final=not truncated)
+    except UnicodeDecodeError:
+        return None
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        return None
+    return text
 
 
 def _view(message: Message, head: int) -> MessageView:
@@ -117,6 +142,26 @@ def _stored_view(seq: int, stored: StoredMessage, head: int) -> MessageView:
 
 
 Failed = Callable[[Exception], None]
+# A stored message waiting in a queue, at its position: go on looking (True) or stop.
+Visit = Callable[[int, StoredMessage], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class BrowsePage:
+    """One page of a queue's waiting messages, and whether more follow it."""
+
+    messages: list[MessageView]
+    more: bool
+
+
+def _selector(text: str) -> Callable[[Message], bool] | None:
+    """The match of a JMS selector (None: blank, every message); a bad one is a 400."""
+    if not text.strip():
+        return None
+    try:
+        return compile_selector(text).match
+    except SelectorError as error:
+        raise OperationError(400, f"invalid selector: {error}") from None
 
 
 class Operations:
@@ -129,14 +174,17 @@ class Operations:
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
         journal: Journal,
+        copier: Copier,
     ) -> None:
         """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records
-        what the actions do to messages (discarded, moved)."""
+        what the actions do to messages (discarded, moved); ``copier`` makes the copies of
+        moved messages."""
         self.destinations = destinations
         self.clients = clients
         self.persistence = persistence
         self.submit = submit
         self.journal = journal
+        self.copier = copier
 
     # -- finding things ------------------------------------------------------------------
 
@@ -169,6 +217,21 @@ class Operations:
 
     # -- destinations ----------------------------------------------------------------------
 
+    def check_new(self, name: str) -> None:
+        """That ``name`` may be made a destination: 400 if it is no destination's name, 409
+        if it exists."""
+        try:
+            check_name(name)
+        except Refused as refusal:
+            raise OperationError(400, refusal.detail) from None
+        if self.destinations.get(name) is not None:
+            raise OperationError(409, f"{name} exists already")
+
+    def create(self, name: str) -> Destination:
+        """Make the destination ``name`` now (``check_new`` first)."""
+        self.check_new(name)
+        return self.destinations.resolve(name)
+
     def purge(self, name: str, done: Callable[[int], None], failed: Failed) -> None:
         """Remove every message waiting in a queue (``done(count)``), in memory and in the
         store up to the last one stored when the purge began."""
@@ -184,6 +247,7 @@ class Operations:
 
             def removed(result: object) -> None:
                 queue.backlog_purged(scanned)
+                queue.fates.discarded += count + len(found)
                 self.journal.operator_discarded(
                     taken, [((name, seq), m) for seq, m in found], PURGED
                 )
@@ -227,26 +291,114 @@ class Operations:
     def browse(
         self,
         name: str,
+        offset: int,
         limit: int,
+        selector: str,
         head: int,
-        done: Callable[[list[MessageView]], None],
+        done: Callable[[BrowsePage], None],
         failed: Failed,
     ) -> None:
-        """The first ``limit`` messages waiting in a queue, in delivery order, each with the
-        first ``head`` bytes of its body."""
+        """The ``limit`` messages waiting in a queue after the first ``offset`` (of those
+        ``selector`` selects), in delivery order, each with the first ``head`` bytes of its
+        body: those in memory, then its backlog in the store, read in steps."""
         queue = self.queue(name)
-        views = [_view(m, head) for m in queue.waiting()[:limit]]
-        start = queue.backlog_start()
-        if len(views) >= limit or start is None or self.persistence is None:
-            done(views)
+        match = _selector(selector)
+        page: list[MessageView] = []
+        skipped = [0]
+
+        def take(selected: bool, view: Callable[[], MessageView]) -> bool:
+            """Count one waiting message in; False once the page is full and one more
+            is met."""
+            if not selected:
+                return True
+            if skipped[0] < offset:
+                skipped[0] += 1
+                return True
+            if len(page) == limit:
+                return False
+            page.append(view())
+            return True
+
+        for waiting in queue.waiting():
+            if not take(match is None or match(waiting), partial(_view, waiting, head)):
+                done(BrowsePage(page, True))
+                return
+        more = [False]
+
+        def visit(seq: int, stored: StoredMessage) -> bool:
+            selected = match is None or match(Message.from_stored(stored, seq))
+            more[0] = not take(selected, partial(_stored_view, seq, stored, head))
+            return not more[0]
+
+        self._read_waiting(queue, visit, lambda: done(BrowsePage(page, more[0])), failed)
+
+    def message(
+        self,
+        name: str,
+        message_id: str,
+        head: int,
+        done: Callable[[MessageView], None],
+        failed: Failed,
+    ) -> None:
+        """One waiting message: all its headers and the first ``head`` bytes of its body
+        (Admin.messagebytes: a body of any size is never sent whole to a browser); 404 if
+        none of that id waits in the queue."""
+
+        def found(views: list[MessageView]) -> None:
+            if views:
+                done(views[0])
+            else:
+                failed(not_found(f"no message {message_id!r} waits in {name}"))
+
+        self._find(name, message_id, found, failed, head=head)
+
+    def copy(
+        self,
+        name: str,
+        message_id: str,
+        to: str,
+        done: Callable[[str], None],
+        failed: Failed,
+    ) -> None:
+        """Copy one waiting message to ``to`` (it stays where it is): the copy carries its
+        id, headers, body and expiry (``copies.py``) and goes down ``to``'s pipeline like
+        any message, stored there if the original is persistent."""
+        queue = self.queue(name)
+        self._check_target(to)
+        memory = [m for m in queue.waiting() if m.message_id == message_id]
+
+        def send(content: StoredMessage, persistent: bool) -> None:
+            copy = self.copier.copy(
+                content, to, moved_headers(content, to), dead=False, persistent=persistent
+            )
+            log.info(
+                "operator.message",
+                destination=name,
+                message_id=message_id,
+                action=f"copied to {to}",
+            )
+            domain = domain_of(to)
+            assert domain is not None
+            self.submit(domain, [sent_copy(copy)])
+            done(to)
+
+        if memory:
+            send(memory[0].to_stored(0), memory[0].persistent)
             return
+        found: list[StoredMessage] = []
 
-        def read(batch: StoredBatch) -> None:
-            waiting = queue.waiting_stored(batch.messages)
-            views.extend(_stored_view(seq, m, head) for seq, m in waiting[: limit - len(views)])
-            done(views)
+        def visit(seq: int, stored: StoredMessage) -> bool:
+            if stored.message_id == message_id:
+                found.append(stored)
+            return not found
 
-        self.persistence.read(name, start, limit - len(views), READ_BYTES, read, failed)
+        def searched() -> None:
+            if not found:
+                failed(not_found(f"no message {message_id!r} waits in {name}"))
+            else:
+                send(found[0], True)
+
+        self._read_waiting(queue, visit, searched, failed)
 
     def take(
         self,
@@ -284,10 +436,16 @@ class Operations:
         )
 
     def retry(
-        self, name: str, message_id: str, done: Callable[[str | None], None], failed: Failed
+        self,
+        name: str,
+        message_id: str,
+        done: Callable[[str | None], None],
+        failed: Failed,
+        may_write: Callable[[str], bool] = lambda destination: True,
     ) -> None:
         """Send a dead message back to the destination it came from (its
-        ``original-destination`` header), without the headers that made it dead."""
+        ``original-destination`` header), without the headers that made it dead, if
+        ``may_write`` there (else 403)."""
 
         def original(views: list[MessageView]) -> None:
             view = next((v for v in views if v.message_id == message_id), None)
@@ -301,6 +459,9 @@ class Operations:
                     )
                 )
                 return
+            if not may_write(back):
+                failed(OperationError(403, f"permission denied: write {back[:200]}"))
+                return
             try:
                 self.take(name, message_id, back, done, failed)
             except OperationError as error:
@@ -309,22 +470,28 @@ class Operations:
         self._find(name, message_id, original, failed)
 
     def _find(
-        self, name: str, message_id: str, done: Callable[[list[MessageView]], None], failed: Failed
+        self,
+        name: str,
+        message_id: str,
+        done: Callable[[list[MessageView]], None],
+        failed: Failed,
+        head: int = 0,
     ) -> None:
-        """The view of one waiting message (a list of none or one)."""
+        """The view of one waiting message (a list of none or one), with the first ``head``
+        bytes of its body (-1: all of it); nothing is taken or withheld."""
         queue = self.queue(name)
-        memory = [_view(m, 0) for m in queue.waiting() if m.message_id == message_id]
+        memory = [_view(m, head) for m in queue.waiting() if m.message_id == message_id]
         if memory:
             done(memory)
             return
-        self._scan(
-            queue,
-            None,
-            lambda seq, m: m.message_id == message_id,
-            lambda found, scanned: done([_stored_view(seq, m, 0) for seq, m in found]),
-            failed,
-            first_only=True,
-        )
+        found: list[MessageView] = []
+
+        def visit(seq: int, stored: StoredMessage) -> bool:
+            if stored.message_id == message_id:
+                found.append(_stored_view(seq, stored, head))
+            return not found
+
+        self._read_waiting(queue, visit, lambda: done(found), failed)
 
     def _check_target(self, to: str) -> None:
         domain = domain_of(to)
@@ -352,30 +519,37 @@ class Operations:
         content = stored[1] if stored is not None else message.to_stored(0)  # type: ignore[union-attr]
         message_id = content.message_id
         action = "deleted" if to is None else f"moved to {to}"
+        copy = None
+        if to is not None:
+            persistent = message is None or message.persistent
+            headers = moved_headers(content, to)
+            copy = self.copier.copy(content, to, headers, dead=False, persistent=persistent)
 
         def moved(copy_seq: int | None) -> None:
             log.info("operator.message", destination=source, message_id=message_id, action=action)
             held = [message] if message is not None else []
             read = [((source, stored[0]), stored[1])] if stored is not None else []
-            if to is None:
+            fates = self.destinations.services.fates
+            if copy is None:
                 self.journal.operator_discarded(held, read, DELETED)
+                fates.count(source, "discarded", 1)
             else:
-                self.journal.operator_moved(held, read, to)
-                copy = _copy(content, to, message, copy_seq)
+                self.journal.operator_moved(held, read, copy.destination)
+                fates.count(source, "moved", 1)
+                sent = sent_copy(copy, copy_seq or 0)
                 if copy_seq:
-                    self.journal.stored([copy])
-                domain = domain_of(to)
+                    self.journal.stored([sent])
+                domain = domain_of(copy.destination)
                 assert domain is not None
-                self.submit(domain, [copy])
+                self.submit(domain, [sent])
             done(to)
 
         if not seq:  # a non-persistent message: in memory only
             moved(None)
             return
-        if to is None:
+        if copy is None:
             self._commit(StoreTransaction(removals=((source, seq),)), lambda _: moved(None), failed)
             return
-        copy = _stored_copy(content, to)
         self._commit(
             StoreTransaction(moves=(((source, seq), copy),)),
             lambda result: moved(result.moved[0]),
@@ -391,6 +565,33 @@ class Operations:
             done(Committed())
             return
         self.persistence.commit(transaction, done, failed)
+
+    def _read_waiting(
+        self, queue: Queue, visit: Visit, done: Callable[[], None], failed: Failed
+    ) -> None:
+        """Read a queue's backlog in the store in steps, from its start, giving each
+        waiting message to ``visit`` until it says stop or the backlog ends; then ``done``.
+        Nothing is withheld (a look, not an action)."""
+        start = queue.backlog_start()
+        persistence = self.persistence
+        if start is None or persistence is None:
+            done()
+            return
+
+        def step(after: int) -> None:
+            persistence.read(queue.name, after, READ_STEP, READ_BYTES, read, failed)
+
+        def read(batch: StoredBatch) -> None:
+            for seq, stored in queue.waiting_stored(batch.messages):
+                if not visit(seq, stored):
+                    done()
+                    return
+            if batch.at_end:
+                done()
+            else:
+                step(batch.last_seq)
+
+        step(start)
 
     def _scan(
         self,
@@ -435,20 +636,7 @@ class Operations:
         step(start)
 
 
-def _copy(content: StoredMessage, to: str, original: Message | None, seq: int | None) -> Message:
-    """The message that goes down ``to``'s pipeline for a moved one."""
-    headers = _moved_headers(content, to)
-    if original is not None and not original.persistent:
-        headers.pop("persistent", None)
-    else:
-        headers["persistent"] = "true"
-    copy = Message(content.message_id, to, headers, content.body, expires=content.expires)
-    if seq:
-        copy.store_seq = seq
-    return copy
-
-
-def _moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
+def moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
     """A moved message's headers: a dead one sent back where it came from loses the headers
     that made it dead."""
     headers = dict(content.headers)
@@ -456,17 +644,3 @@ def _moved_headers(content: StoredMessage, to: str) -> dict[str, str]:
         for name in DEAD_HEADERS:
             headers.pop(name, None)
     return headers
-
-
-def _stored_copy(content: StoredMessage, to: str) -> StoredMessage:
-    headers = _moved_headers(content, to)
-    headers["persistent"] = "true"
-    return StoredMessage(
-        content.message_id,
-        to,
-        tuple(headers.items()),
-        content.body,
-        priority=content.priority,
-        expires=content.expires,
-        timestamp=content.timestamp,
-    )

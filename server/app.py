@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import psutil
 import structlog
@@ -17,6 +17,7 @@ from twisted.internet.interfaces import IListeningPort
 from wiremq.config.groups import (
     CleanupIntervalSettings,
     ClientBounds,
+    DiskSpaceSettings,
     EgressSettings,
     IdleDestinationSettings,
     JournalSettings,
@@ -30,34 +31,62 @@ from wiremq.config.groups import (
     WalSettings,
     WebSocketSettings,
 )
-from wiremq.config.xmlconfig import ServerConfig
+from wiremq.config.xmlconfig import ConfigError, ServerConfig
 from wiremq.modules.client.egress import Outbox
 from wiremq.modules.core import Core
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.flow.slowness import SlowSubscriberPolicy, Verdict, egress_load_factor
 from wiremq.modules.journal.schema import PERSQUEUE, TOPICS
 from wiremq.modules.persistence.cleanup import CatchUp, Periodic, StoreCleanup
 from wiremq.modules.stomp.frames import ProtocolError
+from wiremq.server.descriptors import SocketGate, TooFewDescriptors, fit_descriptors
 from wiremq.server.logging import configure_logging
 from wiremq.server.protocol import StompFactory, StompProtocol
 from wiremq.server.runtime import TwistedRuntime
-from wiremq.server.stores import open_store
+from wiremq.server.stores import open_store, watched
 from wiremq.server.tls import TlsContextFactory
 from wiremq.server.websocket import WebSocketFactory
 from wiremq.server.writer import abort_if_open
 from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX, MessageStore
+from wiremq.stores.messagestore import RecordLog
 
 log = structlog.get_logger("wiremq.server")
+
+
+class HaNodeState(Protocol):
+    """What a server (and its console) asks of its node of an HA pair (``ha.HaNode``)."""
+
+    def state(self) -> dict[str, Any]: ...
+
 
 JOURNAL_FOLDER = "journal"  # in the data folder
 
 
-_PROCESS = psutil.Process()
+class ResidentMemory:
+    """The server process's resident memory (RSS), in bytes: MemWatch's measured figure.
 
+    Reading it opens /proc/self/statm; a reading that fails (no descriptor left, say)
+    gives the last figure, with one warning until a reading succeeds again, instead of
+    a traceback at every sample."""
 
-def resident_memory() -> int:
-    """The server process's resident memory (RSS), in bytes: MemWatch's measured figure."""
-    return int(_PROCESS.memory_info().rss)
+    def __init__(self) -> None:
+        self.process = psutil.Process()
+        self.last = 0
+        self.failing = False
+
+    def __call__(self) -> int:
+        try:
+            self.last = int(self.process.memory_info().rss)
+        except (OSError, psutil.Error) as error:
+            if not self.failing:
+                self.failing = True
+                log.warning("memory.unreadable", error=str(error), keeping=self.last)
+            return self.last
+        if self.failing:
+            self.failing = False
+            log.info("memory.readable", rss=self.last)
+        return self.last
 
 
 class WiremqServer:
@@ -91,7 +120,13 @@ class WiremqServer:
         self.egress_limits = queue_limits(egress)
         self.transmit_bound = egress.tcptransmitbytes
         self.started_at = time.time()
-        self.process = psutil.Process()
+        self.resident_memory = ResidentMemory()
+        # The sockets of the STOMP and WebSocket listeners (made again at start, once
+        # maxconnections fits the descriptors: ``fit_descriptors``).
+        self.sockets = SocketGate(self.bounds.maxconnections + self.bounds.maxpendingconnections)
+        self.ha: HaNodeState | None = None  # this server's node of an HA pair (server/ha.py)
+        # In HA mode: whether the lease may be gone (socket writers then write nothing).
+        self.fenced: Callable[[], bool] | None = None
         settings.on_change(self._settings_changed)
 
     def _settings_changed(self, groups: frozenset[str]) -> None:
@@ -100,7 +135,7 @@ class WiremqServer:
         if "Server" in groups:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
-        if "WriteAheadLog" in groups:
+        if "WriteAheadLog" in groups and self.ha is None:  # HA: no local log to poll around
             self.runtime.sync_poll = WalSettings.read(self.settings, "WriteAheadLog").syncpoll
         for cleanup in self.cleanups:
             cleanup.interval_changed()
@@ -118,12 +153,19 @@ class WiremqServer:
             for scheme, listening in self.listening.items()
         }
 
-    def start(self) -> dict[str, int]:
-        """Open the store, restore what it holds, start listening; returns the bound ports."""
+    def start(
+        self, record_log: RecordLog | None = None, client_name: str | None = None
+    ) -> dict[str, int]:
+        """Open the store, restore what it holds, start listening; returns the bound ports.
+        ``record_log``, ``client_name``: in HA mode, the shared database's log and the name
+        of this process's connections (``server/ha.py``)."""
         data = Path(self.server.datadir)
         data.mkdir(parents=True, exist_ok=True)
-        self.store = open_store(self.settings)
+        disk = DiskSpace(self.settings, watched(self.settings))
+        disk.check()  # on a full disk the reserve is given back first: the open may write
+        self.store = open_store(self.settings, record_log, client_name)
         try:
+            self._fit_descriptors()
             journal = data / JOURNAL_FOLDER
             self.core = Core(
                 self.settings,
@@ -132,7 +174,8 @@ class WiremqServer:
                 self.config.pipelines,
                 journal if JournalSettings.read(self.settings, "Journal").enabled else None,
                 self.config.memory_levels,
-                resident_memory,
+                self.resident_memory,
+                disk,
             )
             self.core.restore()
             self._listen()
@@ -162,6 +205,26 @@ class WiremqServer:
             )
         return self.ports
 
+    def _fit_descriptors(self) -> None:
+        """Make the connections fit the descriptors the process may open (see
+        ``server/descriptors.py``), before anything listens; the gate of the STOMP and
+        WebSocket listeners at what is in force then."""
+        try:
+            fit = fit_descriptors(self.settings)
+        except TooFewDescriptors as error:
+            raise ConfigError("file descriptors", str(error)) from None
+        if fit.raised_from is not None:
+            log.info("descriptors.raised", soft_limit=fit.limit, was=fit.raised_from)
+        if fit.lowered is not None:
+            log.warning(
+                "descriptors.short",
+                detail=fit.needs.advice(fit.limit, fit.hard),
+                maxconnections_in_force=fit.lowered.connections,
+                maxpendingconnections_in_force=fit.lowered.pending,
+            )
+        self.bounds = bounds = ClientBounds.read(self.settings, "StompListener")
+        self.sockets = SocketGate(bounds.maxconnections + bounds.maxpendingconnections)
+
     def _listen(self) -> None:
         """Open the listeners that are on: STOMP over TCP and TLS, STOMP over WebSocket
         (ws:// and wss://); every TLS listener has the TLS group's certificate."""
@@ -182,9 +245,10 @@ class WiremqServer:
             if port == -1:
                 continue
             if secure:
-                self.listening[scheme] = self.reactor.listenSSL(port, factory, tls, interface=host)
+                listening = self.reactor.listenSSL(port, factory, tls, interface=host)
             else:
-                self.listening[scheme] = self.reactor.listenTCP(port, factory, interface=host)
+                listening = self.reactor.listenTCP(port, factory, interface=host)
+            self.listening[scheme] = self.sockets.watch(listening)
 
     def _start_cleanups(self, core: Core) -> None:
         settings, runtime = self.settings, self.runtime
@@ -223,13 +287,15 @@ class WiremqServer:
         idle = partial(IdleDestinationSettings.read, settings, "DestinationManager")
         slow = partial(SlowSubscriberSettings.read, settings, "SlowSubscriber")
         security = partial(SecuritySettings.read, settings, "Security")
+        disk = partial(DiskSpaceSettings.read, settings, "DiskSpace")
         for group, period, action in (
             (volqueue, "cleanupinterval", destinations.sweep_volatile),
             (live_buffers, "qlbcleanupinterval", destinations.sweep_live_buffers),
             (live_buffers, "tlbcleanupinterval", destinations.sweep_topic_buffers),
             (idle, "idletimetolive", destinations.sweep_idle),
             (slow, "checkinterval", self.check_slow_subscribers),
-            (security, "usersfilecheckinterval", core.authenticator.refresh),
+            (security, "usersfilecheckinterval", core.follow_users),
+            (disk, "checkinterval", core.flow.disk.check),
         ):
             tasks.append(Periodic(runtime, partial(_period, group, period), action))
         if self.server.packinterval > 0:
@@ -246,9 +312,14 @@ class WiremqServer:
             task.start()
 
     def pack(self) -> None:
-        """Pack the store on a worker of its own: commits go on meanwhile."""
+        """Pack the store on a worker of its own: commits go on meanwhile. A pack first
+        copies the live messages: it waits while the disk has not the room for them."""
         store = self.store
-        if store is None:
+        if store is None or self.core is None:
+            return
+        live = store.totals(QUEUE_PREFIX)[1] + store.totals(TOPIC_PREFIX)[1]
+        if not self.core.flow.disk.room_for(live):
+            log.info("store.pack_postponed", live_bytes=live, reason="not enough free disk")
             return
         started = time.monotonic()
         self.runtime.worker("pack").submit(
@@ -284,10 +355,11 @@ class WiremqServer:
                 )
         self.outbox.flush()
 
-    def flow_state(self) -> dict[str, Any]:
-        """The core's flow-control state plus each connection's socket-side view."""
+    def flow_state(self, destinations: bool = True) -> dict[str, Any]:
+        """The core's flow-control state plus each connection's socket-side view (without
+        each destination's: ``destinations`` False)."""
         assert self.core is not None
-        state = self.core.flow_state()
+        state = self.core.flow_state(destinations)
         connections = list(self.connections)
         state["egress_load_factor"] = egress_load_factor(c.egress.queues for c in connections)
         state["sockets"] = [
@@ -301,13 +373,16 @@ class WiremqServer:
         ]
         memory = state["memory"]  # MemWatch's figures
         assert isinstance(memory, dict)
-        memory["rss_bytes"] = self.process.memory_info().rss
+        memory["rss_bytes"] = self.resident_memory()
         state["server"] = {
             "started_at": self.started_at,
             "uptime": round(time.time() - self.started_at, 3),
             "stomp_port": self.port,
             "config": self.config.path,
+            "sockets": self.sockets.state(),
         }
+        if self.ha is not None:
+            state["ha"] = self.ha.state()
         return state
 
     @defer.inlineCallbacks

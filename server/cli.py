@@ -6,11 +6,12 @@ import argparse
 import gc
 import getpass
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from wiremq.analytics import cli as audits
-from wiremq.config.groups import ServerSettings
+from wiremq.config.groups import HaSettings, ServerSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.reference import effective_configuration, parameters_document
 from wiremq.config.settings import Settings
@@ -25,11 +26,17 @@ from wiremq.config.xmlconfig import (
 )
 from wiremq.modules.pipeline.catalog import check_chain
 from wiremq.modules.security.users import ROLES, UsersFile, UsersFileError
+from wiremq.server.version import installed_version
+
+if TYPE_CHECKING:
+    from wiremq.server.app import WiremqServer
+    from wiremq.server.ha import HaNode
 
 DESCRIPTION = """\
 wiremq: a STOMP 1.0/1.1/1.2 message server with queues, topics and JMS
 semantics, in the spirit of the iBus//MessageServer.
 
+  wiremq --version                  the version installed
   wiremq serve                      serve on 127.0.0.1:61613 with the defaults
   wiremq serve --config config.xml  serve with your configuration
   wiremq default-config > config.xml
@@ -58,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wiremq", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"wiremq {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",
@@ -248,6 +256,11 @@ def config_check(path: str) -> int:
         print(str(problem), file=sys.stderr)
     if problems:
         return 1
+    from wiremq.server.descriptors import check_descriptors
+
+    short = check_descriptors(config.settings)
+    if short is not None:
+        print(f"{path}: warning: {short}", file=sys.stderr)
     print(f"{path}: valid")
     return 0
 
@@ -412,16 +425,24 @@ def serve(args: argparse.Namespace) -> int:
     from wiremq.admin.site import start_console
     from wiremq.modules.events import EVENTS
     from wiremq.server.app import WiremqServer
+    from wiremq.server.ha import HaNode
     from wiremq.server.logging import configure_logging
     from wiremq.stores.errors import StoreError
 
     server_settings = ServerSettings.read(config.settings, "Server")
     configure_logging(server_settings.loglevel, server_settings.logformat)
     EVENTS.keep(server_settings.recentevents)
+    ha: HaNode | None = None
     try:
         server = WiremqServer(config, reactor)
+        if HaSettings.read(config.settings, "HA").enabled:
+            ha = HaNode(server)
+            ha.check()  # a store it cannot use is named now, not at the takeover
         start_console(server)  # first: nothing to undo if its port is taken
-        server.start()
+        if ha is not None:
+            ha.start()  # a standby: it serves once it holds the lease
+        else:
+            server.start()
     except ConfigError as error:
         print(f"wiremq: configuration error: {error}", file=sys.stderr)
         return 2
@@ -437,10 +458,25 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"wiremq: {error}", file=sys.stderr)
         return 1
-    reactor.addSystemEventTrigger("before", "shutdown", server.stop)  # type: ignore[attr-defined]
+    reactor.addSystemEventTrigger("before", "shutdown", _stopping(server, ha))  # type: ignore[attr-defined]
     collect_less()
     reactor.run()  # type: ignore[attr-defined]
     return 0
+
+
+def _stopping(server: WiremqServer, ha: HaNode | None) -> Callable[[], object]:
+    """How the server stops: in HA mode, the lease is given up once all is closed."""
+    from twisted.internet import defer
+
+    @defer.inlineCallbacks
+    def stop() -> Any:
+        if ha is not None:
+            ha.stop_serving()
+        yield server.stop()
+        if ha is not None:
+            ha.stop()
+
+    return stop
 
 
 def collect_less() -> None:

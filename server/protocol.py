@@ -24,6 +24,7 @@ from wiremq.modules.client.egress import Egress, Outbox
 from wiremq.modules.core import Core
 from wiremq.modules.flow.egress_queues import QueueLimits
 from wiremq.modules.flow.slowness import Verdict
+from wiremq.server.descriptors import SocketGate
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.tls import certificate_name
 from wiremq.server.writer import SocketWriter, socket_of
@@ -47,13 +48,18 @@ class ListeningServer(typing.Protocol):
     slow_subscribers: SlowSubscriberSettings
     egress_limits: tuple[QueueLimits, ...]
     transmit_bound: int
+    sockets: SocketGate  # the STOMP and WebSocket listeners' sockets
+    fenced: Callable[[], bool] | None  # HA: whether this node's lease may be gone
 
 
 class StompProtocol(Protocol):
     """Hands bytes to the client's connection; writes happen once per burst via the outbox."""
 
-    def __init__(self, server: ListeningServer) -> None:
+    def __init__(self, server: ListeningServer, socket: bool = False) -> None:
+        """``socket``: whether this protocol is its socket's (counted in the server's
+        ``sockets``), rather than one over a WebSocket channel (which counts)."""
         self.server = server
+        self.socket = socket
         self._heartbeat_call: IDelayedCall | None = None
         self.on_lost: Deferred[None] | None = None  # fired by connectionLost (server shutdown)
 
@@ -61,6 +67,8 @@ class StompProtocol(Protocol):
         """``self.transport`` is the socket's, or a TLS or WebSocket one over it: frames are
         written to it; the socket itself is tuned, paused and bounded."""
         server = self.server
+        if self.socket:
+            server.sockets.opened()
         transport = self.transport
         sock = socket_of(transport)
         sock.setTcpNoDelay(True)
@@ -74,6 +82,7 @@ class StompProtocol(Protocol):
             server.clock,
             server.listener.closegrace,
             server.slow_subscribers.window,
+            server.fenced,
         )
         assert server.core is not None  # made before any listener opens
         self.client = server.core.connect(
@@ -128,6 +137,8 @@ class StompProtocol(Protocol):
         self.writer.stopProducing()
         self.client.connection_lost()
         self.server.connections.discard(self)
+        if self.socket:
+            self.server.sockets.closed()
         self.server.outbox.flush()
         if self.on_lost is not None:
             self.on_lost.callback(None)
@@ -151,4 +162,4 @@ class StompFactory(Factory):
         self.server = server
 
     def buildProtocol(self, addr: object) -> StompProtocol:
-        return StompProtocol(self.server)
+        return StompProtocol(self.server, socket=True)

@@ -243,6 +243,7 @@ class TwistedRuntime:
         self.outbox = outbox
         self.sync_poll = sync_poll
         self.workers: dict[str, ThreadWorker] = {}
+        self.shared: dict[str, str] = {}  # a worker's name -> the worker that runs its calls
         self._soon: deque[Callable[[], None]] = deque()
         self._log_writer: SyncThreadLogWriter | None = None
         self._scheduled = False  # a reactor call will run _soon
@@ -294,6 +295,7 @@ class TwistedRuntime:
         return time.monotonic()
 
     def worker(self, name: str) -> ThreadWorker:
+        name = self.shared.get(name, name)
         worker = self.workers.get(name)
         if worker is None:
             worker = self.workers[name] = ThreadWorker(name, self)

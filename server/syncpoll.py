@@ -23,11 +23,21 @@ Installed in place of the epoll object of Twisted's epoll reactor (its
 servers share it: each server's log writer tells it how long to poll as it
 hands a record over and as a sync ends, and a turn of the loop outside that
 time costs one comparison.
+
+It is also where an HA node's lease is enforced (``server/ha.py``): the lease
+thread sets ``deadline`` (monotonic seconds: its last successful renewal's
+sending time plus the lease, less a margin), and the first turn of the loop
+past it, before it hands the reactor a single socket event, calls
+``on_deadline`` (the node steps down and never comes back). The loop does not
+sleep past the deadline, so a node that can no longer renew stops at it even
+when idle; a process frozen (SIGSTOP, a long pause) past it stops as it wakes.
+Without a deadline (0, a single server) that is one comparison a turn.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -37,6 +47,8 @@ class SyncPoller:
     def __init__(self, epoll: Any) -> None:
         self.epoll = epoll
         self.until = 0.0  # time.perf_counter() up to which the loop polls rather than sleeps
+        self.deadline = 0.0  # time.monotonic() past which this process may not serve (0: none)
+        self.on_deadline: Callable[[], None] = lambda: None
 
     @classmethod
     def install(cls, reactor: Any) -> SyncPoller | None:
@@ -58,7 +70,23 @@ class SyncPoller:
             self.until = until
 
     def poll(self, timeout: float = -1, maxevents: int = -1) -> list[tuple[int, int]]:
-        """epoll's ``poll``: within the polling time, polls without waiting first."""
+        """epoll's ``poll``: within the polling time, polls without waiting first; never
+        past the deadline, and nothing at all once it passed (``on_deadline``)."""
+        if not self.deadline:
+            return self._poll(timeout, maxevents)
+        left = self.deadline - time.monotonic()
+        if left > 0:
+            events = self._poll(left if timeout < 0 or timeout > left else timeout, maxevents)
+            if time.monotonic() < self.deadline:
+                return events
+        self.on_deadline()
+        return []
+
+    def expired(self) -> bool:
+        """Whether the deadline passed (a socket writer asks before it writes)."""
+        return bool(self.deadline) and time.monotonic() >= self.deadline
+
+    def _poll(self, timeout: float, maxevents: int) -> list[tuple[int, int]]:
         poll = self.epoll.poll
         until = self.until
         if timeout == 0 or not until:

@@ -47,6 +47,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from wiremq.server.descriptors import SocketGate
 from wiremq.server.protocol import ListeningServer
 from wiremq.server.writer import socket_of
 
@@ -94,6 +95,7 @@ class WebSocketChannel(Protocol):
         handshake_timeout: float,
         allowed_origins: frozenset[str],
         call_later: Callable[..., IDelayedCall],
+        sockets: SocketGate,
     ) -> None:
         """``handshake_bytes`` and ``handshake_timeout`` bound the HTTP upgrade as
         StompListener.maxconnectsize and connecttimeout bound a CONNECT;
@@ -108,10 +110,12 @@ class WebSocketChannel(Protocol):
         self._handshake_timeout = handshake_timeout
         self._call_later = call_later
         self._deadline: IDelayedCall | None = None
+        self.sockets = sockets  # where its socket counts
 
     # -- as the socket's protocol ----------------------------------------------------------
 
     def connectionMade(self) -> None:
+        self.sockets.opened()
         self._deadline = self._call_later(self._handshake_timeout, self._handshake_overdue)
 
     def dataReceived(self, data: bytes) -> None:
@@ -148,6 +152,7 @@ class WebSocketChannel(Protocol):
                 return
 
     def connectionLost(self, reason: Failure | None = None) -> None:
+        self.sockets.closed()
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
         if self.upgraded:
@@ -280,4 +285,5 @@ class WebSocketFactory(Factory):
             server.bounds.connecttimeout,
             self.allowed_origins,
             server.reactor.callLater,
+            server.sockets,
         )

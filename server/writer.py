@@ -53,10 +53,12 @@ class SocketWriter:
         clock: Callable[[], float],
         close_grace: float,
         slowness_window: float,
+        fenced: Callable[[], bool] | None = None,
     ) -> None:
         """``close_grace``: how long a closing connection may take to write what is
         queued for it before it is aborted; ``slowness_window``: the span of time its
-        slowness is measured over."""
+        slowness is measured over; ``fenced``: in HA mode, whether this node's lease may
+        be gone (then nothing more is written: it is stepping down, ``server/ha.py``)."""
         self.transport = transport  # frames are written to it: the socket's, or TLS, WebSocket
         self.socket = socket_of(transport)  # whose buffer pauses the writer past ``bound``
         self.egress = egress
@@ -69,12 +71,15 @@ class SocketWriter:
         # (``_send``); any other transport (TLS, say) only through the transport.
         self.direct = isinstance(transport, Connection)
         self.slowness = SlownessMeter(clock, slowness_window)
+        self.fenced = fenced
         egress.writer = self
         self.socket.bufferSize = bound
         transport.registerProducer(self, True)
 
     def drain(self, egress: Egress) -> None:
         """Write whole frames by priority, up to the transmit bound, in one call."""
+        if self.fenced is not None and self.fenced():
+            return  # a node that lost its lease delivers nothing, not even what it had
         queues = egress.queues
         if self.paused and egress.abort and egress.close_requested and not self.stopped:
             self._close(egress)  # a slow subscriber is dropped without waiting for it

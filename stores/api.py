@@ -248,6 +248,11 @@ class MessageStore(Protocol):
     def destinations(self, prefix: str) -> list[str]:
         """Destinations whose names start with ``prefix`` and that have stored messages."""
 
+    def opened_positions(self) -> dict[str, int]:
+        """The last position of each destination's log when the store was opened: a
+        message at or before it was stored before this process (a restart, an HA
+        takeover), which may have delivered it already."""
+
     def catch_up(self, max_seconds: float) -> int:
         """Bring the store of record up to date with what was committed (bounded work);
         returns how many transactions were applied."""

@@ -68,7 +68,9 @@ def _inspect(path: Path) -> LostTail | None:
 
 def _open(path: Path, *, read_only: bool) -> FileStorage:
     try:
-        return FileStorage(str(path), read_only=read_only)
+        # A pack keeps no copy of the file as it was (Data.fs.old): that copy held the
+        # space the pack was to give back, on a disk that may be full.
+        return FileStorage(str(path), read_only=read_only, pack_keep_old=False)
     except zc.lockfile.LockError as exc:
         raise StoreOpenError(f"{path} is in use by another process ({exc})") from exc
     except (CorruptedError, StorageError, ValueError, struct.error) as exc:  # ValueError: bad text

@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from ZODB import DB
@@ -41,6 +41,7 @@ from .api import (
     QUEUE_PREFIX,
     Batch,
     Committed,
+    LogWrite,
     Match,
     MessageStore,
     PendingCommit,
@@ -65,14 +66,58 @@ log = structlog.get_logger(__name__)
 _Record = tuple[int, tuple[int, tuple[Op, ...]]]  # a record's LSN, transactions, operations
 
 
+class RecordLog(Protocol):
+    """What the store needs of its log: ``wal.WriteAheadLog`` (files in a folder) or, in
+    HA mode, ``dblog.DatabaseLog`` (a table of the shared database). Records are numbered
+    by LSN from 1; ``first_lsn``..``last_lsn`` are those kept when it was opened,
+    ``durable_lsn`` the last one known durable."""
+
+    first_lsn: int
+    last_lsn: int
+    durable_lsn: int
+
+    @property
+    def folder(self) -> Path | str:
+        """Where it is, for messages."""
+
+    def cut_torn_tail(self) -> TornTail | None: ...
+    def start(self, next_lsn: int) -> None: ...
+    def place(self, payload: Sequence[bytes]) -> LogWrite: ...
+    def write(self, write: LogWrite) -> None: ...
+    def take_back(self, write: LogWrite, error: OSError) -> StoreError: ...
+    def written(self, write: LogWrite) -> int: ...
+    def records(self, after: int, upto: int, max_bytes: int) -> list[tuple[int, bytes]]: ...
+    def skip(self, lsn: int) -> None: ...
+    def release(self, upto: int) -> int: ...
+    def prepare(self) -> None: ...
+    def close(self) -> None: ...
+
+
 class _Part:
-    """One store's root (queues or topics) and the last record applied to it."""
+    """One store's root (queues or topics) and the last record applied to it.
+
+    Each write checks, in its own ZODB transaction, that the root is still where this
+    store left it (``check``): a database shared by an HA pair may have been brought
+    further by the node that took over, and a deposed active's catch-up must not apply
+    its records again over that. Either its transaction sees the newer root (and stops
+    here) or it does not, and then its commit conflicts on the root (ZODB's optimistic
+    concurrency: the root has no conflict resolution).
+    """
 
     def __init__(self, name: str, session: Session[LogSet]) -> None:
         self.name = name
         self.session = session
         with session.read() as root:
             self.applied: int = root.applied_lsn
+
+    def check(self, root: LogSet) -> None:
+        """Refuse to write to a root that another process brought further (HA)."""
+        if root.applied_lsn != self.applied:
+            raise StoreError(
+                f"the {self.name!r} store was brought to record {root.applied_lsn} by "
+                f"another node (this one applied up to {self.applied}): it holds the "
+                "store now"
+            )
 
     def apply(self, records: Sequence[tuple[int, list[Op]]]) -> int:
         """Apply the records it lacks in one ZODB commit; returns messages appended."""
@@ -81,6 +126,7 @@ class _Part:
             return 0
         first, last = todo[0][0], todo[-1][0]
         with self.session.write(f"{WAL_NOTE} {first}..{last}") as root:
+            self.check(root)
             applier = Applier(root)
             for _, ops in todo:
                 applier.apply(ops)
@@ -95,13 +141,15 @@ class WalStore:
 
     Constructor values (each a candidate registry parameter):
 
-    - ``wal_dir``: the log's folder (``<datadir>/wal``); locked while open.
+    - ``log``: the log's folder (``<datadir>/wal``; locked while open), or a
+      ``RecordLog`` made elsewhere: in HA mode the shared database's
+      (``dblog.DatabaseLog``). The store owns it from then on.
     - ``queues``, ``topics``: where the two stores' databases are
       (``storage.Location``); the same URI opens one database for both.
-    - ``segment_bytes``: size of each log segment file (WriteAheadLog.segmentsize).
-      A segment is deleted once both databases have applied it, so the log
-      keeps about two of them; a commit bigger than this gets a segment of
-      its own.
+    - ``segment_bytes``: for a log in a folder, the size of each segment file
+      (WriteAheadLog.segmentsize). A segment is deleted once both databases have
+      applied it, so the log keeps about two of them; a commit bigger than this
+      gets a segment of its own.
     - ``catch_up_bytes``: log payload applied per ZODB commit
       (WriteAheadLog.catchupsize; 256 KiB is about 1,300 one-message records or
       10,000 messages in records of eight). Measured from 64 KiB to 4 MiB,
@@ -124,12 +172,12 @@ class WalStore:
 
     def __init__(
         self,
-        wal_dir: Path,
+        log: Path | RecordLog,
         queues: Location,
         topics: Location,
         *,
-        segment_bytes: int,
         catch_up_bytes: int,
+        segment_bytes: int | None = None,
         queue_root: str = "persqueue",
         topic_root: str = "topics",
         clock: Callable[[], float] = time.monotonic,
@@ -143,7 +191,13 @@ class WalStore:
         # most, so what it keeps alive is bounded by one commit.
         self._held: _Record | None = None
         self._catch_up_bytes = catch_up_bytes
-        self._wal = WriteAheadLog(wal_dir, segment_bytes=segment_bytes)
+        self._unprepared = False  # the last catch-up could not prepare the next segment
+        if isinstance(log, Path):
+            if segment_bytes is None:
+                raise ValueError("a log in a folder needs segment_bytes")
+            self._wal: RecordLog = WriteAheadLog(log, segment_bytes=segment_bytes)
+        else:
+            self._wal = log
         self._databases: dict[str, DB] = {}
         self._parts: list[_Part] = []
         try:
@@ -154,20 +208,24 @@ class WalStore:
             self._parts.append(_Part(queue_root, queue_session))
             topic_session = open_session(self._databases[topics.uri], topic_root, DurableLogSet)
             self._parts.append(_Part(topic_root, topic_session))  # type: ignore[arg-type]
-            self._recover(wal_dir)
+            self._recover()
             self._state = self._load()
+            self._opened_positions = self._state.last_positions()
             self._wal.release(self._applied())
             self._wal.start(max(self._wal.last_lsn, *(p.applied for p in self._parts)) + 1)
         except BaseException as exc:
             self._close_all()
             if isinstance(exc, OSError):
-                raise StoreOpenError(f"cannot use the write-ahead log in {wal_dir}: {exc}") from exc
+                raise StoreOpenError(
+                    f"cannot use the write-ahead log in {self._wal.folder}: {exc}"
+                ) from exc
             raise
 
     # -- open ---------------------------------------------------------------------------
 
-    def _recover(self, wal_dir: Path) -> None:
+    def _recover(self) -> None:
         wal = self._wal
+        wal_dir = wal.folder
         for part in self._parts:
             if part.applied < wal.first_lsn - 1:
                 raise StoreOpenError(
@@ -338,6 +396,7 @@ class WalStore:
             due, stale = root.due(now_ms, limit)
         if stale:
             with part.session.write(f"drop {len(stale)} stale expiry entries") as root:
+                part.check(root)
                 for key in stale:
                     root.expiry.remove(key)
         found = [(m.expires, (d, seq), m) for d, seq, m in due]
@@ -351,7 +410,14 @@ class WalStore:
         and prepare the next one. Returns how many transactions were applied."""
         transactions, _, _ = self._apply(self._wal.durable_lsn, self._clock() + max_seconds)
         self._wal.release(self._applied())
-        self._wal.prepare()
+        try:
+            self._wal.prepare()
+        except OSError as error:  # a full disk: the next catch-up tries again
+            if not self._unprepared:
+                log.warning("wal.prepare_failed", error=str(error))
+            self._unprepared = True
+        else:
+            self._unprepared = False
         return transactions
 
     def pack(self) -> None:
@@ -374,6 +440,9 @@ class WalStore:
 
     def destinations(self, prefix: str) -> list[str]:
         return self._state.destinations(prefix)
+
+    def opened_positions(self) -> dict[str, int]:
+        return dict(self._opened_positions)
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -461,7 +530,7 @@ def _undo(undo: Undo) -> None:
         step()
 
 
-def _log_torn_tail(wal_dir: Path, torn: TornTail) -> None:
+def _log_torn_tail(wal_dir: Path | str, torn: TornTail) -> None:
     log.warning(
         "wal.torn_tail",
         folder=str(wal_dir),

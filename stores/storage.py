@@ -35,16 +35,19 @@ class Location:
     as that many full message blocks take: a block holding one large message
     (100 MiB, say) leaves the cache after the transaction that wrote or read
     it, instead of staying until a thousand other objects have pushed it out.
+    In HA mode ``client_name`` names the process (``hadatabase``), so that a node
+    taking over can end a deposed active's database sessions.
     """
 
     uri: str
     connect_timeout: float
     cache_size: int
+    client_name: str = "wiremq"  # a PostgreSQL connection's application name
 
 
 def open_database(location: Location) -> DB:
     """Open the database a location names."""
-    uri, connect_timeout, cache_size = location.uri, location.connect_timeout, location.cache_size
+    uri, cache_size = location.uri, location.cache_size
     parts = urlsplit(uri)
     opener = _OPENERS.get(parts.scheme)
     if opener is None:
@@ -52,7 +55,7 @@ def open_database(location: Location) -> DB:
             f"unknown storage URI scheme {parts.scheme!r} in {redact(uri)}: "
             f"use file://, zeo:// or postgresql://"
         )
-    storage = opener(parts, connect_timeout)
+    storage = opener(parts, location)
     try:
         return LeanDB(storage, cache_size=cache_size, cache_size_bytes=cache_size * BLOCK_BYTES)
     except Exception as exc:
@@ -69,7 +72,7 @@ def redact(uri: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _file(parts: SplitResult, connect_timeout: float) -> Any:
+def _file(parts: SplitResult, location: Location) -> Any:
     if parts.netloc not in ("", "localhost"):
         raise StoreOpenError(f"file storage URI must name a local path, not host {parts.netloc!r}")
     if not parts.path:
@@ -77,12 +80,13 @@ def _file(parts: SplitResult, connect_timeout: float) -> Any:
     return open_file_storage(Path(parts.path))
 
 
-def _zeo(parts: SplitResult, connect_timeout: float) -> Any:
+def _zeo(parts: SplitResult, location: Location) -> Any:
     from ZEO.ClientStorage import ClientStorage
     from ZEO.Exceptions import ClientDisconnected
 
     where = _host_port(parts, "zeo")
     name = parts.path.strip("/") or "1"
+    connect_timeout = location.connect_timeout
     try:
         return ClientStorage(where, storage=name, wait_timeout=connect_timeout)
     except ClientDisconnected as exc:
@@ -94,7 +98,7 @@ def _zeo(parts: SplitResult, connect_timeout: float) -> Any:
         raise StoreOpenError(f"ZEO server at {where[0]}:{where[1]} refused: {exc}") from exc
 
 
-def _postgresql(parts: SplitResult, connect_timeout: float) -> Any:
+def _postgresql(parts: SplitResult, location: Location) -> Any:
     try:
         import psycopg2
         from psycopg2.extensions import make_dsn, parse_dsn
@@ -111,7 +115,8 @@ def _postgresql(parts: SplitResult, connect_timeout: float) -> Any:
     try:
         # RelStorage appends "key=value" settings to the DSN, so it must be in that form.
         settings = parse_dsn(urlunsplit(parts._replace(scheme="postgresql")))
-        settings.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
+        settings.setdefault("connect_timeout", str(max(1, round(location.connect_timeout))))
+        settings.setdefault("application_name", location.client_name)
         dsn = make_dsn(**settings)
         return RelStorage(PostgreSQLAdapter(dsn=dsn, options=options), options=options)
     except psycopg2.Error as exc:
@@ -131,7 +136,7 @@ def _host_port(parts: SplitResult, scheme: str, default_port: int | None = None)
     return parts.hostname, port
 
 
-_OPENERS: dict[str, Callable[[SplitResult, float], Any]] = {
+_OPENERS: dict[str, Callable[[SplitResult, Location], Any]] = {
     "": _file,
     "file": _file,
     "zeo": _zeo,

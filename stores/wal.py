@@ -411,12 +411,20 @@ class WriteAheadLog:
         return len(gone)
 
     def prepare(self) -> None:
-        """Zero-fill the next segment, unless one is ready."""
+        """Zero-fill the next segment, unless one is ready.
+
+        Raises ``OSError`` if it could not (a full disk): nothing of it is left
+        behind to take the space, and the next call tries again.
+        """
         with self._lock:
             if self._prepared or self._fd < 0:
                 return
         partial = self.folder / (_PREPARED + ".partial.tmp")
-        _create_zeroed(partial, self.segment_bytes)
+        try:
+            _create_zeroed(partial, self.segment_bytes)
+        except OSError:
+            partial.unlink(missing_ok=True)
+            raise
         os.rename(partial, self.folder / _PREPARED)
         with self._lock:
             self._prepared = True
@@ -498,6 +506,17 @@ class _Reader:
         if self._map is not None:
             self._map.close()
             self._map = None
+
+
+def log_bytes(folder: Path) -> int:
+    """The bytes of the log's segments in ``folder`` (what its databases will copy, and
+    the open one's room), the one prepared ahead left out."""
+    total = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if _NAME.match(entry.name):
+                total += entry.stat().st_size
+    return total
 
 
 def _zero(fd: int, offset: int, size: int) -> None:

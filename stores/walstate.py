@@ -207,6 +207,10 @@ class StoreState:
 
     # -- readers (any thread) --------------------------------------------------
 
+    def last_positions(self) -> dict[str, int]:
+        """The last position handed out in each destination's log (event loop only)."""
+        return dict(self._last_seq)
+
     def count(self, destination: str) -> Counts:
         return self._mirror(destination).get(destination)
 

@@ -50,7 +50,13 @@ def start_server(reactor: object, tmp_path: Path) -> Iterator[StartServer]:
             path.write_text(config_xml)
         config = load_config(
             path,
-            {"StompListener.port": "0", "Server.datadir": str(tmp_path / "data"), **overrides},
+            {
+                "StompListener.port": "0",
+                "Server.datadir": str(tmp_path / "data"),
+                # Kept data folders would hold a reserve each (the disk-full tests set theirs).
+                "DiskSpace.reservebytes": "0",
+                **overrides,
+            },
         )
 
         def make() -> WiremqServer:

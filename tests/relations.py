@@ -73,6 +73,32 @@ CASES = {
         "SlowSubscriber.disconnectshare",
         ("0.6 is below SlowSubscriber.warnshare (0.7)",),
     ),
+    "ha-on-the-data-folder": BrokenRelation(
+        ('<HA enabled="true"/>',),
+        3,
+        "HA.enabled",
+        (
+            "HA.enabled needs both stores in PostgreSQL",
+            "PersQueueFileStore.storageuri (empty: a file in the data folder) and "
+            "TopicFileStore.storageuri (empty: a file in the data folder)",
+        ),
+    ),
+    "ha-with-one-store-elsewhere": BrokenRelation(
+        (
+            '<HA enabled="true"/>',
+            '<PersQueueFileStore storageuri="postgresql://wiremq:s3cret@db:5432/mq"/>',
+            '<TopicFileStore storageuri="zeo://db:8100"/>',
+        ),
+        5,
+        "TopicFileStore.storageuri",
+        ("TopicFileStore.storageuri (a zeo:// URI) is not a postgresql://",),
+    ),
+    "ha-lease-shorter-than-renewal-and-margin": BrokenRelation(
+        ('<HA renewinterval="1" margin="1"', '    leasetime="2"/>'),
+        3,
+        "HA.leasetime",
+        ("the lease must last longer than 2 s (HA.leasetime is 2 s)",),
+    ),
 }
 
 

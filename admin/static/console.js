@@ -4,6 +4,7 @@
 
 const ROLES = ["viewer", "operator", "admin"];
 const state = { layout: null, session: null, timer: null, eventsAfter: {}, page: null };
+const PAGE_SIZE = 50;
 
 // -- talking to the API ----------------------------------------------------------------------
 
@@ -102,6 +103,8 @@ const FORMATS = {
   },
   limit: (v) => (v === -1 ? "none" : FORMATS.bytes(v)),
   percent: (v) => (Number(v) * 100).toFixed(1) + " %",
+  rate: (v) => Number(v).toFixed(Number(v) >= 100 ? 0 : 1) + "/s",
+  time: (v) => new Date(Number(v)).toISOString().replace("T", " ").replace("Z", ""),
   percent100: (v) => Number(v).toFixed(1) + " %",
   yesno: (v) => el("span", { class: v ? "yes" : "no" }, v ? "yes" : "no"),
   flag: (v) => (v ? "yes" : ""),
@@ -139,37 +142,22 @@ const SECTIONS = {
         el("div", { class: "value" }, shown(pick(data, item.path), item.format)))));
   },
 
-  table(section, data) {
+  table(section, data, node) {
+    if (section.paged) return pagedTable(section, data, node);
     let rows = pick(data, section.rows);
     if (rows && !Array.isArray(rows)) {
       rows = Object.entries(rows).map(([key, row]) => ({ _key: key, ...row }));
     }
-    rows = rows || [];
-    if (!rows.length) return el("p", { class: "muted" }, section.empty || "none");
-    const actions = (section.actions || []).filter((a) => allowed(a.role));
-    const head = el("tr", {}, section.columns.map((c) => el("th", {}, c.label)),
-      actions.length ? el("th", {}, "") : null);
-    const body = rows.map((row) => el("tr", {},
-      section.columns.map((column) => {
-        const value = pick(row, column.path);
-        const cell = column.link && value !== undefined && value !== null
-          ? el("a", { href: "#/" + column.link + "/" + encodeURIComponent(value) }, String(value))
-          : shown(value, column.format);
-        const numeric = ["count", "bytes"].includes(column.format);
-        return el("td", { class: numeric ? "num" : null }, cell);
-      }),
-      actions.length ? el("td", {}, el("div", { class: "actions" },
-        actions.filter((a) => !a.when || pick(row, a.when) !== undefined)
-          .map((a) => actionButton(a, row)))) : null));
-    return el("table", {}, el("thead", {}, head), el("tbody", {}, body));
+    return tableOf(section, rows || []);
   },
 
-  actions(section) {
+  actions(section, data) {
     const name = state.page.value || "";
     const kind = name.startsWith("/queue/") ? "queue" : "topic";
+    const row = { ...(data || {}), ...pageRow() };
     return el("div", { class: "actions" }, section.actions
-      .filter((a) => allowed(a.role) && (!a.kind || a.kind === kind))
-      .map((a) => actionButton(a, pageRow())));
+      .filter((a) => allowed(a.role) && (!a.kind || a.kind === kind) && applies(a, row))
+      .map((a) => actionButton(a, row)));
   },
 
   chart(section, data, node) {
@@ -189,6 +177,101 @@ const SECTIONS = {
   },
 };
 
+// Whether an action applies to a row (or the page's data): "when" names a field that must be
+// set (true, or any value), "unless" one that must not.
+function applies(action, row) {
+  const truthy = (path) => { const v = pick(row, path); return v !== undefined && v !== null && v !== false && v !== ""; };
+  return (!action.when || truthy(action.when)) && (!action.unless || !truthy(action.unless));
+}
+
+function tableOf(section, rows) {
+  if (!rows.length) return el("p", { class: "muted" }, section.empty || "none");
+  const actions = (section.actions || []).filter((a) => allowed(a.role));
+  const view = section.paged ? viewOf(section) : null;
+  const head = el("tr", {}, section.columns.map((c) => {
+    if (!view || !c.sort) return el("th", {}, c.label);
+    const current = view.sort === c.sort;
+    return el("th", { class: "sortable" + (current ? " sorted" : ""), "data-sort": c.sort,
+      onclick: () => {
+        view.order = current && view.order === "asc" ? "desc" : current ? "asc" : (c.sort === "name" ? "asc" : "desc");
+        view.sort = c.sort;
+        view.offset = 0;
+        redraw(section);
+      } }, c.label, current ? (view.order === "asc" ? " ▲" : " ▼") : "");
+  }), actions.length ? el("th", {}, "") : null);
+  const body = rows.map((row) => el("tr", {},
+    section.columns.map((column) => {
+      const value = pick(row, column.path);
+      const cell = column.link && value !== undefined && value !== null
+        ? el("a", { href: "#/" + column.link + "/" + encodeURIComponent(value) }, String(value))
+        : shown(value, column.format);
+      const numeric = ["count", "bytes", "rate"].includes(column.format);
+      return el("td", { class: numeric ? "num" : null }, cell);
+    }),
+    actions.length ? el("td", {}, el("div", { class: "actions" },
+      actions.filter((a) => applies(a, row)).map((a) => actionButton(a, row)))) : null));
+  return el("table", {}, el("thead", {}, head), el("tbody", {}, body));
+}
+
+// -- paged tables: the API sorts, filters and pages; the page holds one page of rows ---------
+
+function viewOf(section) {
+  state.views = state.views || new Map();
+  if (!state.views.has(section)) {
+    state.views.set(section, { offset: 0, sort: section.sort || "name", order: section.order || "asc", filter: "" });
+  }
+  return state.views.get(section);
+}
+
+function pagedSource(section) {
+  const view = viewOf(section);
+  const source = fill(section.source, pageRow(), true);
+  const query = new URLSearchParams({ offset: view.offset, limit: PAGE_SIZE });
+  if (!section.filter) { query.set("sort", view.sort); query.set("order", view.order); }
+  if (view.filter) query.set(section.filter || "filter", view.filter);
+  return source + (source.includes("?") ? "&" : "?") + query.toString();
+}
+
+function pagedTable(section, data, node) {
+  const view = viewOf(section);
+  let box = node;
+  if (!box || !box.classList.contains("paged")) {
+    // A name filter applies as it is typed; a selector (section.filter) once entered, as
+    // a half-typed one is no selector.
+    const typed = () => { view.filter = filter.value.trim(); view.offset = 0; };
+    const filter = el("input", { type: "search", class: "table-filter",
+      placeholder: section.filterHint || "filter by name", value: view.filter,
+      oninput: section.filter ? null : () => {
+        typed();
+        clearTimeout(filter.timer);
+        filter.timer = setTimeout(() => redraw(section), 250);
+      },
+      onchange: section.filter ? () => { typed(); redraw(section); } : null });
+    box = el("div", { class: "paged" }, filter, el("div", { class: "rows" }), el("div", { class: "pager" }));
+  }
+  const rows = data.destinations || pick(data, section.rows) || [];
+  box.querySelector(".rows").replaceChildren(tableOf(section, rows));
+  // The destinations' table knows how many matched; a browse only whether more follow.
+  const counted = data.matched !== undefined;
+  const first = rows.length ? data.offset + 1 : 0, last = data.offset + rows.length;
+  const filtered = counted && data.matched !== data.total ? " (filtered from " + FORMATS.count(data.total) + ")" : "";
+  const range = FORMATS.count(first) + "–" + FORMATS.count(last) +
+    (counted ? " of " + FORMATS.count(data.matched) + filtered : data.more ? ", more follow" : ", the last");
+  box.querySelector(".pager").replaceChildren(
+    el("button", { type: "button", "data-page": "previous", disabled: data.offset <= 0,
+      onclick: () => { view.offset = Math.max(0, view.offset - PAGE_SIZE); redraw(section); } }, "« Previous"),
+    el("span", { class: "range" }, range),
+    el("button", { type: "button", "data-page": "next", disabled: counted ? last >= data.matched : !data.more,
+      onclick: () => { view.offset += PAGE_SIZE; redraw(section); } }, "Next »"));
+  return box;
+}
+
+// Draw one section again now (after a sort, a filter, a page).
+async function redraw(section) {
+  const entry = (state.sections || []).find((s) => s.section === section);
+  if (entry) await refreshSection(entry, {});
+}
+
 function actionButton(action, row) {
   return el("button", {
     type: "button",
@@ -197,13 +280,15 @@ function actionButton(action, row) {
     onclick: async () => {
       if (action.confirm && !window.confirm(fill(action.confirm, row, false))) return;
       let body;
-      if (action.prompt) {
-        const answer = window.prompt(fill(action.prompt.text, row, false));
+      if (action.choose) {
+        const answer = await Forms.chooseDestination(fill(action.choose.text, row, false),
+          action.label);
         if (!answer) return;
-        body = { [action.prompt.field]: answer };
+        body = { [action.choose.field]: answer };
       }
       try {
         const result = await api(action.method, fill(action.url, row, true), body);
+        if (action.show) { Forms.showMessage(result); return; }
         flash(action.label + ": " + summary(result));
         if (action.then) window.location.hash = action.then;
         else refresh(true);
@@ -390,7 +475,7 @@ async function wizardForm(node) {
 
 function route() {
   const [id, ...rest] = window.location.hash.replace(/^#\/?/, "").split("/");
-  const page = state.layout.pages.find((p) => p.id === id) || state.layout.pages[0];
+  const page = state.layout.pages.find((p) => p.id === id && allowed(p.role)) || state.layout.pages[0];
   const value = rest.length ? decodeURIComponent(rest.join("/")) : undefined;
   return { page, value };
 }
@@ -402,7 +487,7 @@ async function show() {
     link.classList.toggle("current", link.dataset.page === (page.hidden ? parentOf(page) : page.id));
   }
   const main = document.getElementById("main");
-  main.replaceChildren(el("h1", {}, page.param ? page.title + " " + value : page.title));
+  main.replaceChildren(el("h1", {}, page.param && value ? page.title + " " + value : page.title));
   main.dataset.page = page.id;
   state.sections = [];
   for (const section of page.sections) {
@@ -419,28 +504,36 @@ async function show() {
 }
 
 function parentOf(page) {
-  return page.id === "connection" ? "connections" : "destinations";
+  return page.parent || "destinations";
 }
 
 async function refresh(all) {
   const cache = {};
-  for (const { section, node } of state.sections || []) {
+  for (const entry of state.sections || []) {
+    const { section } = entry;
     if (!all && section.refresh === false) continue;
-    if (!all && ["parameters", "wizard"].includes(section.type)) continue;
-    const content = node.querySelector(".content");
-    try {
-      let data = null;
-      if (section.source) {
-        const url = fill(section.source, pageRow(), true);
-        data = cache[url] = cache[url] || (await api("GET", url));
-      }
-      const draw = SECTIONS[section.type];
-      const existing = content.firstChild;
-      const drawn = await draw(section, data, ["chart", "events", "wizard"].includes(section.type) ? existing : null);
-      if (drawn !== existing) content.replaceChildren(drawn);
-    } catch (error) {
-      content.replaceChildren(el("p", { class: "error" }, error.message));
+    if (!all && ["parameters", "wizard", "form"].includes(section.type)) continue;
+    await refreshSection(entry, cache);
+  }
+}
+
+// Sections that keep what they drew (their inputs, their place) and update it.
+const KEEPS = ["chart", "events", "wizard", "form", "table"];
+
+async function refreshSection({ section, node }, cache) {
+  const content = node.querySelector(".content");
+  try {
+    let data = null;
+    if (section.source) {
+      const url = section.paged ? pagedSource(section) : fill(section.source, pageRow(), true);
+      data = cache[url] = cache[url] || (await api("GET", url));
     }
+    const draw = SECTIONS[section.type];
+    const existing = content.firstChild;
+    const drawn = await draw(section, data, KEEPS.includes(section.type) ? existing : null);
+    if (drawn !== existing) content.replaceChildren(drawn);
+  } catch (error) {
+    content.replaceChildren(el("p", { class: "error" }, error.message));
   }
 }
 
@@ -451,7 +544,8 @@ async function start() {
   ]);
   state.layout = layout;
   state.session = session;
-  document.getElementById("nav").replaceChildren(...layout.pages.filter((p) => !p.hidden)
+  document.getElementById("nav").replaceChildren(...layout.pages
+    .filter((p) => !p.hidden && allowed(p.role))
     .map((p) => el("a", { href: "#/" + p.id, "data-page": p.id }, p.title)));
   document.getElementById("who").textContent = session.open
     ? "open console (admin)" : session.user + " (" + session.role + ")";
@@ -472,6 +566,7 @@ async function start() {
   state.timer = setInterval(() => refresh(false), layout.refresh_ms);
 }
 
-start().catch((error) => {
+// Started once every script of the page has run (the section types of forms.js and the rest).
+document.addEventListener("DOMContentLoaded", () => start().catch((error) => {
   document.getElementById("main").replaceChildren(el("p", { class: "error" }, error.message));
-});
+}));

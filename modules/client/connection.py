@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import structlog
@@ -35,7 +35,7 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.memory.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline.chain import Batch
-from wiremq.modules.runtime import Runtime
+from wiremq.modules.runtime import Runtime, Timer
 from wiremq.modules.stomp.events import (
     Abort,
     Acknowledge,
@@ -52,6 +52,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    SubscriptionError,
     TransactionError,
     Unsubscribe,
 )
@@ -74,6 +75,18 @@ Failure: TypeAlias = ProtocolError | Refused
 
 
 @dataclass
+class Admissions:
+    """The connections whose CONNECT was taken (its login accepted or being checked), in
+    all and per client address: what ``maxconnections`` and ``maxconnectionsperaddress``
+    bound. A socket that has not sent CONNECT does not count: it may never, and counted,
+    it made the CONNECTs of others fail while it was open (``connecttimeout`` and the
+    descriptors the listeners may use bound those)."""
+
+    total: int = 0
+    per_address: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
 class ConnectionServices:
     """What a client connection uses of the rest of the server."""
 
@@ -81,7 +94,7 @@ class ConnectionServices:
     runtime: Runtime
     ids: Ids
     clients: set[ClientConnection]
-    addresses: Counter[str]  # connections open per client address
+    admitted: Admissions
     unfinished: UnfinishedFrames
     bounds: ClientBounds
     memwatch: MemWatch
@@ -120,17 +133,25 @@ class ClientConnection:
         # pipeline together, in the order they came.
         self._sends: Batch = []
         self._sends_domain = ""
+        self.published = 0  # SENDs to a queue or topic submitted (the console's rates)
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
         self._checked = -1  # the pending frame MemWatch checked (by the decoder's count)
+        # The rest of a frame refused for its size is being read and thrown away before the
+        # connection closes (``_close``); until when, at the latest.
+        self._discarding: Timer | None = None
+        self._admitted = False  # counted in ``services.admitted``
         services.clients.add(self)
-        services.addresses[self.address] += 1
 
     # -- input ---------------------------------------------------------------------------
 
     def data_received(self, data: bytes, now: float) -> None:
         """Act on everything the bytes complete, in order."""
         events = self.session.receive_data(data, now)
+        if self._discarding is not None:
+            if not self._refused_frame_left():
+                self._discarded()
+            return
         if self._held is not None:
             self._held.extend(events)
         else:
@@ -243,6 +264,7 @@ class ClientConnection:
         if self._sends:
             batch, self._sends = self._sends, []
             if not self._failing:  # else they came after what failed: they do not act
+                self.published += len(batch)
                 self.core_session.send(self._sends_domain, batch)
 
     # -- SessionCallback -------------------------------------------------------------------
@@ -279,16 +301,40 @@ class ClientConnection:
     def disconnect(self, refusal: Refused) -> None:
         self.drop(refusal)
 
+    def rights_changed(self) -> None:
+        """The users file changed: a client whose user was removed is disconnected with an
+        ERROR; each subscription whose destination it may no longer read ends with an
+        ERROR naming it (``SubscriptionError``), and the connection goes on."""
+        access = self.core_session.access
+        if access is None or self.session.closed or self._failing:
+            return
+        if access.removed:
+            log.info("client.user_removed", session=self.session.session_id, peer=self.peer)
+            self.fail(Refused("user removed", f"{access.who} is no longer in the users file"))
+            return
+        for subscription in self.core_session.subscriptions.review():
+            name, sub_id = subscription.destination.name, subscription.sub_id
+            self._reply(
+                SubscriptionError(
+                    sub_id,
+                    name,
+                    f"permission revoked: read {name}",
+                    f"{access.who} may no longer read {name}: subscription {sub_id!r} ended",
+                )
+            )
+
     def pause(self) -> None:
-        """Flow control stops reading the client: its silence meanwhile is not its own."""
+        """Flow control stops reading the client: its silence meanwhile is not its own.
+        (Not while the rest of a refused frame is read: it is thrown away.)"""
         self.session.reading_stopped(True, self.services.runtime.monotonic())
-        self.reader.pause()
+        if self._discarding is None:
+            self.reader.pause()
 
     def resume(self) -> None:
         self.session.reading_stopped(False, self.services.runtime.monotonic())
         self.reader.resume()
 
-    def _reply(self, reply: Receipt | Recovered | TransactionError) -> None:
+    def _reply(self, reply: Receipt | Recovered | TransactionError | SubscriptionError) -> None:
         data = self.session.send(reply)
         if data:
             self.egress.push(data)
@@ -311,27 +357,61 @@ class ClientConnection:
         self.core_session.progress.when_idle(lambda: self._close(self.session.send(error)))
 
     def _close(self, last_frame: bytes = b"") -> None:
-        """Close once queued frames, then ``last_frame``, are written."""
-        if not self.egress.close_requested:
-            self.session.reading = False
-            self.core_session.close()
-            self.egress.close_after_flush(last_frame)
+        """Close once queued frames, then ``last_frame``, are written. After a frame refused
+        for its size, ``last_frame`` (its ERROR) is written at once, and the connection
+        closes only once the rest of that frame is read and thrown away (within
+        ``discardbytes`` and ``discardtime``): closed with unread bytes, the socket would
+        be reset, the client's write of the frame would fail and the ERROR be lost."""
+        if self.egress.close_requested or self._discarding is not None:
+            return
+        self.session.reading = False
+        self.core_session.close()
+        if self._refused_frame_left():
+            self.egress.push(last_frame)
+            self._discarding = self.services.runtime.call_later(
+                self.services.bounds.discardtime, self._discarded
+            )
+            self.reader.resume()  # whatever stopped it: what comes now is thrown away
+            return
+        self.egress.close_after_flush(last_frame)
+
+    def _refused_frame_left(self) -> bool:
+        """Whether bytes of a frame refused for its size are still to come, within the
+        bound on what is read of it."""
+        decoder = self.session.decoder
+        return bool(decoder.refused_rest) and (
+            decoder.discarded < self.services.bounds.discardbytes
+        )
+
+    def _discarded(self) -> None:
+        """The rest of the refused frame was read (or the time or bytes for it are up):
+        close once the ERROR is written."""
+        timer, self._discarding = self._discarding, None
+        if timer is not None:
+            timer.cancel()
+            self.egress.close_after_flush()
 
     def connection_lost(self) -> None:
         """The socket closed: end everything this client had."""
         self.session.closed = True
         self.session.reading = False
         self._connect_deadline.cancel()
+        if self._discarding is not None:
+            self._discarding.cancel()
+            self._discarding = None
         self.core_session.connection_lost()
         services = self.services
         reading = self.core_session.reading
         services.unfinished.forget(reading)
         services.memwatch.forget(reading)
-        if self in services.clients:
-            services.clients.discard(self)
-            services.addresses[self.address] -= 1
-            if not services.addresses[self.address]:
-                del services.addresses[self.address]
+        services.clients.discard(self)
+        if self._admitted:
+            self._admitted = False
+            admitted = services.admitted
+            admitted.total -= 1
+            admitted.per_address[self.address] -= 1
+            if not admitted.per_address[self.address]:
+                del admitted.per_address[self.address]
         log.info("client.disconnected", session=self.session.session_id, peer=self.peer)
 
     def drop(self, failure: Failure) -> None:
@@ -361,20 +441,25 @@ class ClientConnection:
         )
 
     def _check_room(self) -> None:
-        """Refuse a client over the limits on connections, in all and from its address."""
+        """Refuse a client over the limits on connections, in all and from its address;
+        else count it (``Admissions``)."""
         services = self.services
         bounds = services.bounds
-        if len(services.clients) > bounds.maxconnections:
+        admitted = services.admitted
+        if admitted.total >= bounds.maxconnections:
             raise Refused(
                 "too many connections",
                 f"the server takes at most {bounds.maxconnections} connections at once",
             )
-        if services.addresses[self.address] > bounds.maxconnectionsperaddress:
+        if admitted.per_address[self.address] >= bounds.maxconnectionsperaddress:
             raise Refused(
                 "too many connections",
                 f"the server takes at most {bounds.maxconnectionsperaddress} connections at "
                 f"once from one address ({self.address})",
             )
+        admitted.total += 1
+        admitted.per_address[self.address] += 1
+        self._admitted = True
 
     def _disconnect(self, event: Disconnect) -> None:
         """Read nothing more; the receipt follows once earlier frames are done."""
@@ -498,6 +583,8 @@ class ClientConnection:
             "subscriptions": core.subscriptions.state(),
             "egress_policy": self.egress.queues.policy.value,
             "egress": self.egress.queues.stats(),
+            "published": self.published,
+            "messages_sent": self.egress.queues.messages_written(),
         }
 
 

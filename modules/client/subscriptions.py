@@ -286,7 +286,7 @@ class SessionSubscriptions:
         del self.by_id[subscription.sub_id]
         del self._by_number[str(subscription.number)]
         if subscription.durable_key is not None and self.persistence is not None:
-            self.persistence.active.discard(subscription.durable_key)
+            self.persistence.subscriber_left(subscription.durable_key)
         unwritten = subscription.end()
         subscription.destination.unsubscribe(subscription, unwritten)
         self._policy_changed(subscription, -1)
@@ -296,6 +296,33 @@ class SessionSubscriptions:
         queues): nothing more is delivered to this session."""
         for subscription in list(self.by_id.values()):
             self.detach(subscription)
+
+    def review(self) -> list[Subscription]:
+        """The users file changed: each subscription whose client may no longer read its
+        destination ends (what it had not acknowledged goes back to its queue), and is
+        returned for its client to be told; a wildcard subscription leaves the
+        destinations it may no longer read and goes on."""
+        access = self.access
+        if access is None:
+            return []
+        ended = []
+        for subscription in list(self.by_id.values()):
+            target = subscription.destination
+            if isinstance(target, Wildcard):
+                for name in target.review():
+                    log.info(
+                        "subscription.left", subscription=subscription.sub_id, destination=name
+                    )
+            elif not access.allows(READ, target.name):
+                log.info(
+                    "subscription.revoked",
+                    subscription=subscription.sub_id,
+                    destination=target.name,
+                    session=self.session_id,
+                )
+                self.detach(subscription)
+                ended.append(subscription)
+        return ended
 
     def disconnect_slow(self, subscription: Subscription) -> None:
         """A subscriber under the ``disconnect`` policy fell behind: its client is dropped."""
@@ -349,6 +376,8 @@ class SessionSubscriptions:
         destination = subscription.destination
         if nack:
             return subscription, [], destination.rejected(subscription, messages, requeue)
+        subscription.acknowledged += len(messages)
+        destination.count("acknowledged", messages)
         return subscription, messages, destination.acknowledged(subscription, messages)
 
     def _store(self, changes: StoreTransaction, receipt: str | None) -> None:

@@ -7,11 +7,12 @@ than ``maxredeliveries`` times without being acknowledged, or when a
 consumer NACKed it with ``requeue:false``. The copy carries
 ``original-destination``, ``dead-reason`` and, once it had been delivered,
 ``dead-delivery-count`` (how many times: a message counts a delivery when it
-comes back unacknowledged, ``Message.redeliveries``). A stored message is moved in one
-store transaction (removed from its destination, appended to the dead
-message queue), so that a crash never leaves it in neither place nor in
-both; the copy then goes down the pipeline like any message. A message of
-the dead message queue itself that dies is dropped (logged).
+comes back unacknowledged, ``Message.redeliveries``); it has no expiry of its
+own (``copies.py``: only the dead message queue's ``maxttl`` applies). A stored
+message is moved in one store transaction (removed from its destination,
+appended to the dead message queue), so that a crash never leaves it in neither
+place nor in both; the copy then goes down the pipeline like any message. A
+message of the dead message queue itself that dies is dropped (logged).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import structlog
 
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
+from wiremq.modules.destinations.copies import Copier, sent_copy
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.domains import domain_of
 from wiremq.modules.journal.recorder import Journal
 from wiremq.modules.message import DELIVERY_COUNT, Batch, Message
@@ -38,7 +41,6 @@ DEAD_DELIVERY_COUNT = "dead-delivery-count"
 DEAD_HEADERS = (ORIGINAL_DESTINATION, DEAD_REASON, DEAD_DELIVERY_COUNT)  # what made it dead
 # dead-reason values
 EXPIRED = "expired"
-_NOT_COPIED = frozenset({"expires", DELIVERY_COUNT})  # a dead copy starts afresh
 REDELIVERY_LIMIT = "redelivery limit"
 REJECTED = "rejected"
 
@@ -52,13 +54,18 @@ class DeadLetters:
         persistence: Persistence | None,
         submit: Callable[[str, Batch], None],
         journal: Journal,
+        copier: Copier,
+        fates: FateCounts,
     ) -> None:
         """``submit(domain, batch)`` starts messages down a pipeline; ``journal`` records the
-        moves (dead-lettered, the copies stored) and the messages dropped."""
+        moves (dead-lettered, the copies stored) and the messages dropped; ``copier`` makes
+        the dead copies."""
         self.settings = settings
         self.persistence = persistence
         self.submit = submit
         self.journal = journal
+        self.copier = copier
+        self.fates = fates
 
     def queue_of(self, destination: str) -> str | None:
         """The dead message queue of ``destination``; None for that queue itself."""
@@ -84,19 +91,24 @@ class DeadLetters:
             message_ids=[m.message_id for m in messages[:20]],
         )
         stored = [] if shared else [m for m in messages if m.store_seq]
+        if reason != EXPIRED:  # an expired one's fate is its expiry (counted there)
+            fate = "discarded" if dmq is None else "dead_lettered"
+            self.fates.count(destination, fate, len(messages))
         if dmq is None:
-            if reason != EXPIRED:  # an expired one's fate is its expiry
+            if reason != EXPIRED:
                 self.journal.discarded(messages, reason)
             if stored and self.persistence is not None:
                 self.persistence.forget(stored)
             return
         volatile = [
-            Message(
-                m.message_id,
-                dmq,
-                dead_headers(m.user_headers, destination, reason, m),
-                m.body,
-                timestamp=m.timestamp,
+            sent_copy(
+                self.copier.copy(
+                    m.to_stored(m.timestamp),
+                    dmq,
+                    dead_headers(m.user_headers, destination, reason, m),
+                    dead=True,
+                    persistent=m.persistent,
+                )
             )
             for m in messages
             if shared or not m.store_seq
@@ -106,7 +118,10 @@ class DeadLetters:
             self._forward(dmq, volatile)
         if stored:
             moves = [
-                ((destination, m.store_seq), dead_copy(m.to_stored(m.timestamp), dmq, reason, m))
+                (
+                    (destination, m.store_seq),
+                    self.dead_copy(m.to_stored(m.timestamp), dmq, reason, m),
+                )
                 for m in stored
             ]
             self.commit([], moves)
@@ -130,7 +145,7 @@ class DeadLetters:
             if committed is not None:
                 committed(transaction, result)
             copies = [
-                Message.from_stored(copy, seq)
+                sent_copy(copy, seq)
                 for (_, copy), seq in zip(moves, result.moved, strict=True)
                 if seq is not None  # None: gone meanwhile (acknowledged), nothing moved
             ]
@@ -148,6 +163,14 @@ class DeadLetters:
         transaction = StoreTransaction(removals=tuple(removals), moves=tuple(moves))
         persistence.commit(transaction, moved, failed)
 
+    def dead_copy(
+        self, stored: StoredMessage, dmq: str, reason: str, message: Message | None = None
+    ) -> StoredMessage:
+        """The copy of a stored message its dead message queue keeps (``message``: the
+        message as it was held, which knows how often it was delivered)."""
+        headers = dead_headers(stored.headers, stored.destination, reason, message)
+        return self.copier.copy(stored, dmq, headers, dead=True, persistent=True)
+
     def _forward(self, dmq: str, copies: list[Message]) -> None:
         domain = domain_of(dmq)
         if domain is None:
@@ -162,28 +185,12 @@ def dead_headers(
     reason: str,
     message: Message | StoredMessage | None = None,
 ) -> dict[str, str]:
-    """A dead copy's headers: the original's, without ``expires``, plus where it came
-    from, why, and how many times it was delivered."""
-    copied = {k: v for k, v in headers if k not in _NOT_COPIED}
+    """A dead copy's headers: the original's (a count of deliveries starts afresh), plus
+    where it came from, why, and how many times it was delivered."""
+    copied = {k: v for k, v in headers if k != DELIVERY_COUNT}
     copied[ORIGINAL_DESTINATION] = destination
     copied[DEAD_REASON] = reason
     deliveries = message.redeliveries if isinstance(message, Message) else 0
     if deliveries:
         copied[DEAD_DELIVERY_COUNT] = str(deliveries)
     return copied
-
-
-def dead_copy(
-    stored: StoredMessage, dmq: str, reason: str, message: Message | None = None
-) -> StoredMessage:
-    """The copy of a stored message its dead message queue keeps."""
-    headers = dead_headers(stored.headers, stored.destination, reason, message)
-    headers["persistent"] = "true"
-    return StoredMessage(
-        stored.message_id,
-        dmq,
-        tuple(headers.items()),
-        stored.body,
-        priority=stored.priority,
-        timestamp=stored.timestamp,
-    )

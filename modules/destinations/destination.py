@@ -9,12 +9,13 @@ consumers. What it needs from the rest of the server is in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from wiremq.config.groups import DestinationPolicy, WatermarkLimits
 from wiremq.config.settings import Settings
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.message import Message
@@ -47,6 +48,7 @@ class DestinationServices:
     volatile: VolQueueStore
     journal: Journal
     pools: WorkPools
+    fates: FateCounts
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
@@ -86,6 +88,7 @@ class Destination(ABC):
         self.last_dispatch = services.runtime.monotonic()
         self.removed = False  # taken out of the registry: a new one of its name may exist
         self.delivered_before = 0  # deliveries to consumers that have gone
+        self.fates = services.fates.of(name)  # what became of its messages, counted
 
     def own_watermark(self, kind: str, group: str, prefix: str, stops: bool) -> Watermark | None:
         """A per-destination watermark of ``group``, if its parameters switch one on;
@@ -199,6 +202,12 @@ class Destination(ABC):
         """Messages a consumer NACKed: delivered again if ``requeue``, else dropped as if
         acknowledged; what the store must change for it."""
 
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """``messages`` (of this destination) met ``fate`` (``fates.py``): acknowledged,
+        discarded...; ``undone``: taken back (an acknowledgement whose transaction failed)."""
+        fates = self.fates
+        setattr(fates, fate, getattr(fates, fate) + (-len(messages) if undone else len(messages)))
+
     def _consumer_gone(self, subscription: Subscription) -> None:
         """Keep the deliveries of a consumer that unsubscribed in the destination's count."""
         self.delivered_before += subscription.delivered
@@ -231,6 +240,7 @@ class Destination(ABC):
             "stored_bytes": stored_bytes,
             "received": self.received,
             "delivered": self.delivered,
+            **self.fates.json(),
             "producers": len(self.producers),
             "spool_quota": self.policy.spoolquota,
             "shutdown": self.policy.shutdown,

@@ -33,6 +33,7 @@ from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.stores.api import Batch
 from wiremq.stores.durable import SubscriptionInfo
+from wiremq.stores.records import StoredMessage
 
 if TYPE_CHECKING:
     from wiremq.modules.destinations.expiry import Expiry
@@ -157,7 +158,8 @@ class ReplayManager:
             return
         assert self.persistence is not None and subscription.durable_key is not None
         acked = self.persistence.acked_beyond.get(subscription.durable_key, ())
-        read = (Message.from_stored(stored, seq) for seq, stored in batch.messages)
+        restored = self.persistence.restored_upto.get(topic.name, 0)
+        read = (_read_back(stored, seq, restored) for seq, stored in batch.messages)
         accepts = subscription.accepts
         self._pending[subscription] = deque(
             m for m in read if m.store_seq not in acked and (accepts is None or accepts(m))
@@ -187,3 +189,12 @@ class ReplayManager:
         self.reading_bytes -= amount
         log.error("durable.replay_failed", subscription=subscription.durable_key, error=str(error))
         self._finish(subscription)
+
+
+def _read_back(stored: StoredMessage, seq: int, restored: int) -> Message:
+    """A stored message replayed; one stored before a restart or an HA takeover may have
+    been delivered already, and comes flagged redelivered."""
+    message = Message.from_stored(stored, seq)
+    if seq <= restored:
+        message.redelivered_before(1)
+    return message

@@ -1,21 +1,22 @@
-"""Message expiry: the effective expiry time, and what happens to expired messages.
+"""Message expiry: what happens to expired messages.
 
 A message's expiry is the publisher's ``expires`` header (ms since the epoch,
-0 = never) capped by its destination's ``maxttl``: the smaller wins. An expired
+0 = never) capped by its destination's ``maxttl``: the smaller wins (``ttl.py``). An expired
 message is never delivered; it is discarded or moved to the destination's dead
 message queue (``expiredmessages`` / ``deadmessagequeue``) by ``deadletter.py``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
 
 from wiremq.config.groups import DestinationPolicy
 from wiremq.config.settings import Settings
-from wiremq.modules.destinations.deadletter import EXPIRED, DeadLetters, dead_copy
-from wiremq.modules.errors import Refused
+from wiremq.modules.destinations.deadletter import EXPIRED, DeadLetters
+from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.journal.recorder import CleanupRun, Journal
 from wiremq.modules.message import Message
 from wiremq.stores.api import Committed, Position, StoreTransaction
@@ -25,30 +26,16 @@ from wiremq.stores.records import StoredMessage
 log = structlog.get_logger("wiremq.expiry")
 
 
-def effective_expiry(header: str | None, now_ms: int, max_ttl: int) -> int:
-    """The expiry to apply, from the ``expires`` header and the destination's max TTL."""
-    expires = 0
-    if header is not None and header != "0":
-        if not (header.isascii() and header.isdigit()):
-            raise Refused(
-                "invalid expires header",
-                f"expires {header[:64]!r} is not milliseconds since the epoch",
-            )
-        expires = int(header)
-    if max_ttl:
-        cap = now_ms + max_ttl
-        if not expires or cap < expires:
-            expires = cap
-    return expires
-
-
 class Expiry:
     """Discards expired messages or moves them to a dead message queue, per destination."""
 
-    def __init__(self, settings: Settings, dead_letters: DeadLetters, journal: Journal) -> None:
+    def __init__(
+        self, settings: Settings, dead_letters: DeadLetters, journal: Journal, fates: FateCounts
+    ) -> None:
         self.settings = settings
         self.dead_letters = dead_letters
         self.journal = journal
+        self.fates = fates
 
     def _dead_message_queue(self, destination: str) -> str | None:
         """Where expired messages of ``destination`` go, or None when they are discarded."""
@@ -65,6 +52,7 @@ class Expiry:
         dmq = self._dead_message_queue(destination)
         self._log(destination, [m.message_id for m in messages], dmq)
         self.journal.expired(destination, messages, dmq)
+        self.fates.count(destination, "expired", len(messages))
         if dmq is not None:
             self.dead_letters.move(destination, messages, EXPIRED)
 
@@ -85,10 +73,22 @@ class Expiry:
             if dmq is None:
                 removals += [position for position, _ in entries]
             else:
-                moves += [(position, dead_copy(m, dmq, EXPIRED)) for position, m in entries]
+                moves += [
+                    (position, self.dead_letters.dead_copy(m, dmq, EXPIRED))
+                    for position, m in entries
+                ]
 
         def committed(transaction: StoreTransaction, result: Committed) -> None:
             self.journal.expired_stored(transaction, found, result, run)
+            removed = set(result.removed)
+            gone = [position for position, _ in found if position in removed]
+            gone += [
+                position
+                for (position, _), seq in zip(transaction.moves, result.moved, strict=True)
+                if seq is not None
+            ]
+            for name, count in Counter(position[0] for position in gone).items():
+                self.fates.count(name, "expired", count)
 
         self.dead_letters.commit(removals, moves, then, committed)
 

@@ -292,9 +292,11 @@ class Queue(Destination):
             self._return(self.redelivery.requeue(messages, self.policy, unwritten))
 
     def _return(self, messages: list[Message]) -> None:
-        """Messages back in memory at their place, then dispatched."""
+        """Messages back in memory at their place (to be delivered again), then
+        dispatched."""
         if not messages:
             return
+        self.fates.redelivered += len(messages)
         for message in messages:
             _read_level_and_group(message)
         for message in sorted(messages, key=delivery_order):

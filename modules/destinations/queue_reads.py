@@ -121,12 +121,16 @@ class BacklogReads:
             self.expiry.expired_stored([((self.name, seq), m) for seq, m in expired])
         self.messages_read += len(found)
         given_back_redeliveries = self.backlog.given_back_redeliveries
+        assert self.persistence is not None
+        restored = self.persistence.restored_upto.get(self.name, 0)
         messages = []
         for seq, stored in found:
             message = Message.from_stored(stored, seq)
             redeliveries = given_back_redeliveries.pop(seq, 0)
             if redeliveries:
                 message.redelivered_before(redeliveries)
+            elif seq <= restored:  # stored before a restart or takeover: maybe delivered
+                message.redelivered_before(1)
             self.counts.live_buffer_add(message.size)
             messages.append(message)
         self.arrived(messages)

@@ -8,6 +8,7 @@ import structlog
 
 from wiremq.config.groups import (
     CleanupIntervalSettings,
+    DestinationPolicy,
     IdleDestinationSettings,
     LiveBufferSettings,
 )
@@ -21,6 +22,20 @@ from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.journal.schema import VOLQUEUE
 
 log = structlog.get_logger("wiremq.destinations")
+
+
+def check_name(name: str) -> str:
+    """The domain of the destination ``name`` would name; ``Refused`` if it names none."""
+    domain = require_domain(name)
+    kind = "queue" if domain == P2P else "topic"
+    suffix = name[len(kind) + 2 :]
+    if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
+        raise Refused(
+            "invalid destination",
+            f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
+            "and without control characters",
+        )
+    return domain
 
 
 class Destinations:
@@ -44,15 +59,7 @@ class Destinations:
         found = self.queues.get(name) or self.topics.get(name)
         if found is not None:
             return found
-        domain = require_domain(name)
-        kind = "queue" if domain == P2P else "topic"
-        suffix = name[len(kind) + 2 :]
-        if not suffix or "*" in suffix or ">" in suffix or not suffix.isprintable():
-            raise Refused(
-                "invalid destination",
-                f"{name[:200]!r}: a {kind} needs a name without wildcards (* or >) "
-                "and without control characters",
-            )
+        domain = check_name(name)
         destination: Destination
         if domain == P2P:
             destination = self.queues[name] = Queue(name, self.services)
@@ -107,13 +114,16 @@ class Destinations:
         del registry[name]
         self.retired_received += destination.received
         self.retired_delivered += destination.delivered
+        self.services.fates.retire(name)
         destination.remove()
 
     def totals(self) -> dict[str, int]:
-        """Messages received and delivered since the server started, all destinations."""
+        """Messages received and delivered since the server started, and what became of
+        them (``fates.py``), all destinations."""
         return {
             "received": self.retired_received + sum(d.received for d in self),
             "delivered": self.retired_delivered + sum(d.delivered for d in self),
+            **self.services.fates.totals(),
         }
 
     def configure(self) -> None:
@@ -132,12 +142,23 @@ class Destinations:
                 destination.remove_producer(producer)
         self.services.flow.forget(producer)
 
-    def restore(self, queues: list[str]) -> None:
-        """Recreate the queues that have stored messages; they are read back on demand."""
-        for name in queues:
+    def restore(self, queues: dict[str, int]) -> None:
+        """Recreate the queues that have stored messages (they are read back on demand) and
+        make the destinations config.xml declares."""
+        for name, held in queues.items():
             queue = self.resolve(name)
             assert isinstance(queue, Queue)
             queue.backlog.restore()
+            queue.fates.restored = held
+        settings = self.services.settings
+        for name in list(settings.destinations):
+            if DestinationPolicy.for_destination(settings, name).declared:
+                try:
+                    self.resolve(name)
+                except Refused as refusal:
+                    log.error(
+                        "destination.declared_invalid", destination=name, error=refusal.detail
+                    )
 
     # -- cleanup processes -------------------------------------------------------------
 
@@ -160,8 +181,8 @@ class Destinations:
             queue.sweeps.sweep_live_buffer(now_ms, now - queue.last_dispatch > idle_for)
 
     def sweep_idle(self) -> None:
-        """Remove the destinations nobody uses (``Destination.unused``) that have not
-        dispatched for DestinationManager.idletimetolive, so that names that come and go
+        """Remove the undeclared destinations nobody uses (``Destination.unused``) that have
+        not dispatched for DestinationManager.idletimetolive, so that names that come and go
         do not grow memory; a name used again makes a new one."""
         now = self.services.runtime.monotonic()
         idle_for = IdleDestinationSettings.read(
@@ -169,7 +190,11 @@ class Destinations:
         ).idletimetolive
         removed = 0
         for destination in self:
-            if now - destination.last_dispatch >= idle_for and destination.unused():
+            if (
+                now - destination.last_dispatch >= idle_for
+                and not destination.policy.declared
+                and destination.unused()
+            ):
                 self.retire(destination)
                 removed += 1
         if removed:

@@ -10,9 +10,11 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
+from wiremq.modules.domains import P2P
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 
 DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
+G1 = EgressQueue.G1
+G1_BIT = 1 << G1  # its bit in ``EgressQueues.nonempty``
 
 
 class SubscriptionServices(Protocol):
@@ -65,6 +69,8 @@ class Source(Protocol):
         """What the store must change for ``messages`` the subscription NACKed."""
 
     def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None: ...
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """``messages`` met ``fate`` (``fates.py``); ``undone``: taken back."""
 
 
 class SlowSubscriberDrop(Protocol):
@@ -134,6 +140,7 @@ class Subscription:
         "cursor",
         "policy",
         "delivered",
+        "acknowledged",
         "slow_drop",
         "session_id",
         "ended",
@@ -146,6 +153,7 @@ class Subscription:
         "accepts",
         "exclusive",
         "filter",
+        "in_order",
     )
 
     def __init__(
@@ -197,6 +205,7 @@ class Subscription:
         self.cursor = 0  # next index in its topic's live buffer
         self.policy = "block"  # slow-subscriber policy; its topic sets it on subscribe
         self.delivered = 0
+        self.acknowledged = 0  # deliveries acknowledged (ACKed, or written in auto mode)
         self.slow_drop: SlowSubscriberDrop  # set by the session that made it
         self.session_id = session_id  # the session it belongs to (the journal names it)
         self.ended = False
@@ -204,6 +213,9 @@ class Subscription:
         self.accepts = None if selector is None else selector.match  # None: everything
         self.exclusive = exclusive  # activemq.exclusive: the only consumer while it lives
         self.filter: Filter[Subscription] | None = None  # its queue's consumers with its selector
+        # A queue's (or queue wildcard's) deliveries are written in the order the queue
+        # hands them over, whatever their delivery mode (``ready_for``).
+        self.in_order = destination.domain == P2P
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -211,6 +223,12 @@ class Subscription:
         """Whether the consumer can take ``message`` now (the window's whole-message rule:
         a message is handed over while the window is not yet full)."""
         queue = message.egress_queue
+        if queue is not G1 and self.in_order and self.egress.queues.nonempty & G1_BIT:
+            # A queue's non-persistent message goes in G-1 while that holds anything, so
+            # that it cannot overtake persistent ones the queue handed over before it (the
+            # D queues are written first): one order over both delivery modes is what a
+            # queue promises (README, "Selecting, ordering and routing").
+            queue = G1
         if self.policy == "discard-oldest" and queue in DISCARDABLE and self.unacked is None:
             return True  # its own egress queue discards: it never holds anyone up
         if self.inflight_messages >= self.window_messages or (
@@ -269,19 +287,22 @@ class Subscription:
             tail = message.own_tail(self.stomp_version)
         else:
             tail = message.wire_tail(self.stomp_version)
+        queue = message.egress_queue
+        if queue is not G1 and self.in_order and self.egress.queues.nonempty & G1_BIT:
+            queue = G1  # as ``ready_for`` says (inlined: it runs for every delivery)
         self.inflight_messages += 1
         self.inflight_bytes += message.size
         self.delivered += 1
         unacked = self.unacked
         if unacked is None:
-            self.egress.push_message(message.egress_queue, self.head, tail, self, message)
+            self.egress.push_message(queue, self.head, tail, self, message)
             return
         unacked[message.message_id] = message
         self.limit.count += 1
         head = self.head
         if self.ack_suffix is not None:
             head += ack_line(message.message_id, self.ack_suffix)
-        self.egress.push_message(message.egress_queue, head, tail, self, message)
+        self.egress.push_message(queue, head, tail, self, message)
 
     def deliver_first_of_group(self, message: Message) -> None:
         """Deliver the first message of a message group this consumer gets (now its owner):
@@ -315,6 +336,8 @@ class Subscription:
                 order[message.message_id] = None
         elif self.unacked is None:
             self.journal.consumed(self, messages)
+            self.acknowledged += len(messages)
+            self.destination.count("acknowledged", messages)
             self.inflight_messages -= len(messages)
             self.inflight_bytes -= sum(m.size for m in messages)
             stored = [m for m in messages if m.store_seq]
@@ -336,6 +359,7 @@ class Subscription:
                 self.written_order.pop(message.message_id, None)
             self.limit.acknowledged(1)
         self.journal.egress_discarded(self, message)
+        self.destination.count("discarded", (message,))
         self.inflight_messages -= 1
         self.inflight_bytes -= message.size
         self._wake()
@@ -345,7 +369,15 @@ class Subscription:
         taken back and returned (in auto mode they leave the window here, as no write
         will free them)."""
         self.ended = True
-        messages = [entry.item for entry in self.egress.queues.withdraw(self)]
+        return self._withdraw(None)
+
+    def leave(self, destination: str) -> list[Message]:
+        """A wildcard subscription leaves one destination: its deliveries of it still
+        waiting in the client's egress are taken back and returned, as ``end`` does."""
+        return self._withdraw(lambda message: message.destination == destination)  # type: ignore[attr-defined]
+
+    def _withdraw(self, which: Callable[[object], bool] | None) -> list[Message]:
+        messages = [entry.item for entry in self.egress.queues.withdraw(self, which)]
         self.pool.release(self.destination, messages)  # type: ignore[arg-type]
         if self.unacked is None:
             self.inflight_messages -= len(messages)
@@ -422,6 +454,7 @@ class Subscription:
             "inflight_bytes": self.inflight_bytes,
             "unacked": len(self.unacked) if self.unacked is not None else None,
             "delivered": self.delivered,
+            "acknowledged": self.acknowledged,
             "durable": "/".join(self.durable_key) if self.durable_key else None,
             "replaying": self.replaying if self.durable_key else None,
             "policy": self.policy,

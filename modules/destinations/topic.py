@@ -82,6 +82,7 @@ class Topic(Destination):
             stored = message.store_seq
             if not consumers and not stored:
                 self.services.journal.discarded((message,), NO_SUBSCRIBERS)
+                self.fates.discarded += 1
             if self.selecting:  # some subscriber has a selector
                 selected = False
                 for subscription in consumers:
@@ -91,6 +92,7 @@ class Topic(Destination):
                         selected = True
                 if consumers and not selected and not stored:
                     self.services.journal.discarded((message,), NO_SUBSCRIBERS)
+                    self.fates.discarded += 1
             else:
                 for subscription in consumers:
                     subscription.cursor += 1
@@ -164,6 +166,7 @@ class Topic(Destination):
                         return
                     subscription.egress.queues.count_discard(queue)
                     self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
+                    self.fates.discarded += 1
                 else:
                     subscription.deliver(message)
             subscription.cursor += 1
@@ -222,8 +225,11 @@ class Topic(Destination):
         unacked = subscription.take_unacked()
         journal = self.services.journal
         journal.ended(subscription, unacked or unwritten)
-        journal.discarded_for(subscription, self._missed(subscription), SUBSCRIBER_LEFT)
+        missed = self._missed(subscription)
+        journal.discarded_for(subscription, missed, SUBSCRIBER_LEFT)
         durable = subscription.durable_key is not None
+        lost = [m for m in unacked or unwritten if not (durable and m.store_seq)]
+        self.fates.discarded += len(lost) + len(missed)
         if durable:
             self.services.replays.stop(subscription)
         dropped = [m for m in unwritten if not (durable and m.store_seq)]
@@ -297,6 +303,7 @@ class Topic(Destination):
         if subscription.ended:  # a durable subscriber gets them from the store when back
             return NOTHING
         again = [c for c in copies if c not in dead]
+        self.fates.redelivered += len(again)
         subscription.redeliver(again)
         done = [m for m, c in zip(messages, copies, strict=True) if c in dead]
         return self.acknowledged(subscription, done) if done else NOTHING

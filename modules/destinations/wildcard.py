@@ -14,7 +14,7 @@ destination the message was sent to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wiremq.modules.destinations.destination import NOTHING, Destination
@@ -101,6 +101,19 @@ class Wildcard:
             member = self.members[name] = Member(self.subscription, destination)
             destination.subscribe(member)  # type: ignore[arg-type]
 
+    def review(self) -> list[str]:
+        """The client's permissions changed: the subscription leaves the destinations it
+        may no longer read (their deliveries not yet written taken back, what it had not
+        acknowledged of them back in their queues); their names are returned."""
+        access = self.access
+        if access is None:
+            return []
+        lost = [name for name in self.members if not access.allows(READ, name)]
+        for name in lost:
+            member = self.members.pop(name)
+            member.destination.unsubscribe(member, self.subscription.leave(name))  # type: ignore[arg-type]
+        return lost
+
     def consumer_ready(self) -> None:
         for member in list(self.members.values()):
             member.destination.consumer_ready()
@@ -111,6 +124,13 @@ class Wildcard:
         for name, member in self.members.items():
             member.destination.unsubscribe(member, by_destination.get(name, []))  # type: ignore[arg-type]
         self.members.clear()
+
+    def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
+        """Each matching destination counts its own messages' fate (``Destination.count``)."""
+        for name, batch in grouped((m.destination, m) for m in messages).items():
+            member = self.members.get(name)
+            if member is not None:
+                member.destination.count(fate, batch, undone)
 
     def acknowledged(self, subscription: Subscription, messages: list[Message]) -> StoreTransaction:
         return self._each(messages, lambda d, m, ms: d.acknowledged(m, ms))

@@ -1,6 +1,7 @@
 """The producers of each domain and the global watermarks that stop them.
 
-Global watermarks: the VolQueueStore's, the topic live buffers' (over all
+Global watermarks: the free disk space of the stores' filesystems (``disk``), the
+VolQueueStore's, the topic live buffers' (over all
 topics), the PersQueueStore's and the TopicStore's, and each thread/buffer
 module's (``add_gate``). A destination's gates are these plus its own. A
 persistent message counts in its store's watermarks from the moment it is
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable
 from wiremq.config.groups import WatermarkLimits
 from wiremq.config.settings import Settings
 from wiremq.modules.domains import P2P, PUBSUB
+from wiremq.modules.flow.disk import DiskSpace
 from wiremq.modules.flow.watermarks import Producer, Watermark
 
 
@@ -26,9 +28,12 @@ class FlowControl:
         self,
         settings: Settings,
         blocking_producers: Callable[[str], Iterable[Producer]],
+        disk: DiskSpace | None = None,
     ) -> None:
         """``blocking_producers(domain)``: the producers a full store of ``domain`` stops
-        (those of destinations that block when full; ``whenfull=fail`` ones refuse)."""
+        (those of destinations that block when full; ``whenfull=fail`` ones refuse);
+        ``disk``: the free-disk watermark of the stores' filesystems (None: none)."""
+        self.disk = disk if disk is not None else DiskSpace(settings)
         self.producers: dict[str, set[Producer]] = {P2P: set(), PUBSUB: set()}
 
         def of(domain: str) -> Callable[[], set[Producer]]:
@@ -95,6 +100,7 @@ class FlowControl:
 
     def forget(self, producer: Producer) -> None:
         """A producer went away: it is no longer stopped or counted anywhere here."""
+        self.disk.forget(producer)
         for domain, producers in self.producers.items():
             producers.discard(producer)
             for gate in self.gates[domain]:

@@ -164,7 +164,7 @@ class EgressQueues:
     for it (a consumer window slot, say); it must not enqueue on this client.
     """
 
-    __slots__ = ("policy", "_queues", "_nonempty", "_discarded", "_on_discard")
+    __slots__ = ("policy", "_queues", "nonempty", "_discarded", "_on_discard")
 
     def __init__(
         self,
@@ -176,7 +176,7 @@ class EgressQueues:
             raise ValueError(f"need limits for {len(EgressQueue)} queues, got {len(limits)}")
         self.policy = policy
         self._queues = tuple(_Queue(queue, limits[queue]) for queue in EgressQueue)
-        self._nonempty = 0  # a bit per queue holding entries
+        self.nonempty = 0  # a bit per queue holding entries (bit q: queue q), read by deliveries
         self._discarded = 0  # discards not yet indicated to the client
         self._on_discard = on_discard
 
@@ -207,7 +207,7 @@ class EgressQueues:
         q.work = depth
         if depth > q.hwm:
             q.hwm = depth
-        self._nonempty |= q.bit
+        self.nonempty |= q.bit
 
     def _discard_for(self, q: _Queue, work: int) -> None:
         entries = q.entries
@@ -241,8 +241,8 @@ class EgressQueues:
         indicated = -1
         discarded = 0
         size = 0
-        while self._nonempty and size < budget:
-            index = _FIRST[self._nonempty]
+        while self.nonempty and size < budget:
+            index = _FIRST[self.nonempty]
             q = queues[index]
             if index and self._discarded:
                 indicated = len(taken)
@@ -261,13 +261,13 @@ class EgressQueues:
             q.work -= work
             q.delivered += len(taken) - first
             if not entries:
-                self._nonempty ^= q.bit
+                self.nonempty ^= q.bit
         return Drained(taken, indicated, discarded)
 
     @property
     def pending(self) -> bool:
         """True while any queue holds an entry."""
-        return self._nonempty != 0
+        return self.nonempty != 0
 
     @property
     def discarded(self) -> int:
@@ -276,7 +276,7 @@ class EgressQueues:
 
     def holds(self, queue: int) -> bool:
         """Whether ``queue`` holds any entry."""
-        return bool(self._nonempty & (1 << queue))
+        return bool(self.nonempty & (1 << queue))
 
     def has_room(self, queue: int, nbytes: int) -> bool:
         """Would ``queue`` admit a frame of ``nbytes`` without being full?"""
@@ -298,23 +298,24 @@ class EgressQueues:
         """The sum of the five queues' max-depths, in work units."""
         return sum(q.max_depth for q in self._queues)
 
-    def withdraw(self, owner: object) -> list[Entry]:
-        """Remove and return the entries ``owner`` queued, by drain order (a subscription
-        that ended: what was not written is not to be)."""
+    def withdraw(self, owner: object, which: Callable[[object], bool] | None = None) -> list[Entry]:
+        """Remove and return the entries ``owner`` queued (only those whose item ``which``
+        picks, if given), by drain order: a subscription that ended, or a wildcard one that
+        left a destination; what was not written is not to be."""
         withdrawn: list[Entry] = []
         for q in self._queues:
             if not any(entry.owner is owner for entry in q.entries):
                 continue
             kept: deque[Entry] = deque()
             for entry in q.entries:
-                if entry.owner is owner:
+                if entry.owner is owner and (which is None or which(entry.item)):
                     withdrawn.append(entry)
                     q.work -= entry.work
                 else:
                     kept.append(entry)
             q.entries = kept
             if not kept:
-                self._nonempty &= ~q.bit
+                self.nonempty &= ~q.bit
         return withdrawn
 
     def clear(self) -> list[Entry]:
@@ -324,9 +325,14 @@ class EgressQueues:
             removed.extend(q.entries)
             q.entries.clear()
             q.work = 0
-        self._nonempty = 0
+        self.nonempty = 0
         self._discarded = 0
         return removed
+
+    def messages_written(self) -> int:
+        """MESSAGE frames written to the client: every queue's but C-1's (control frames:
+        CONNECTED, RECEIPT, ERROR, heart-beats)."""
+        return sum(q.delivered for q in self._queues[EgressQueue.D3 :])
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per-queue statistics as ``show client stats queue`` lists them, and totals.

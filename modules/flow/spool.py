@@ -5,9 +5,10 @@ spooled is refused at once with the reason, never silently dropped: the
 destination is shut down, the message is larger than the destination's
 maxmsgsize, the destination's spoolquota or the whole spool (maxspoolusage)
 would be exceeded, the destination is past its low-priority reject limit and
-the message's priority is below 4, or the destination is full and its
-``whenfull`` policy is ``fail``. Spool usage raises an event when it crosses
-usagesetpercent of a quota and another when it falls back to usageclearpercent.
+the message's priority is below 4, or the destination (or its store's disk: the
+free-disk watermark) is full and its ``whenfull`` policy is ``fail``. Spool
+usage raises an event when it crosses usagesetpercent of a quota and another
+when it falls back to usageclearpercent.
 """
 
 from __future__ import annotations
@@ -153,8 +154,11 @@ class Spool:
                 f"low-priority reject limit: the destination holds {reject_limit} or more "
                 f"messages and takes no more of priority below {LOW_PRIORITY}"
             )
-        if target.fail_when_full and self._full(target):
-            return "destination full: over its store's high watermark (whenfull is fail)"
+        if target.fail_when_full:
+            if self._full(target):
+                return "destination full: over its store's high watermark (whenfull is fail)"
+            if self.flow.disk.full[target.domain]:
+                return "disk full: its store's disk is short of free space (whenfull is fail)"
         return None
 
     def accepted(self, message: Message) -> None:
@@ -168,11 +172,15 @@ class Spool:
 
     def accepted_into_store(self, target: Target, message: Message) -> None:
         """A persistent message is on its way into the store: it counts in its store
-        watermarks now, so that producers are stopped while commits lag behind reading."""
+        watermarks now, so that producers are stopped while commits lag behind reading;
+        its producer is stopped if its store's disk is short of space."""
         size = message.stored_size
         if target.store_watermark is not None:
             target.store_watermark.add(1, size)
         self.flow.stores[target.domain].add(1, size)
+        disk = self.flow.disk
+        if disk.any_full and message.sender is not None:
+            disk.hold(target.domain, message.sender.producer)
 
     def _full(self, target: Target) -> bool:
         own = target.store_watermark

@@ -27,6 +27,14 @@
  * encode(plans, records, default_on, exceptions) -> bytes
  *   records: a list of whole records (kind, ts, ...), ts in seconds (float) or ms (int).
  *
+ * index_lines(data, base) -> bytes
+ *   The index entries of the lines of ``data`` (whole JSON Lines, written at offset ``base``
+ *   of their file) that name a message: one 8-byte little-endian entry per line, the line's
+ *   offset in its file (40 bits) and the key of its message id (24 bits, the top). Runs
+ *   without the interpreter lock. index_key(message_id) -> the key a lookup searches for.
+ *   sort_index(entries) -> the entries sorted by key, then offset (as 64-bit numbers), also
+ *   without the interpreter lock.
+ *
  * A value that is None leaves its field out. A line is written when default_on differs
  * from whether its destination is in the frozenset ``exceptions``; exceptions None: every
  * line is written. An attribute that is a __slots__ member is read at its offset once its
@@ -36,6 +44,7 @@
  * it read (by the record's object, and by the value read), where it wrote them in the
  * current output, and copies those bytes when it meets one again.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -872,11 +881,160 @@ static PyTypeObject RecorderType = {
     .tp_new = recorder_new,
 };
 
+
+/* -- the index by message id ---------------------------------------------------------------- */
+
+#define ID_FIELD "\"message_id\":\""
+#define ID_FIELD_LEN (sizeof ID_FIELD - 1)
+#define KEY_BITS 24
+#define OFFSET_BITS 40
+
+/* The key of a message id as written (its JSON string's bytes between the quotes): 64-bit
+ * FNV-1a folded to 24 bits. */
+static uint32_t
+id_key(const unsigned char *s, Py_ssize_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ULL;
+    }
+    h ^= h >> 32;
+    return (uint32_t)((h ^ (h >> 24)) & ((1u << KEY_BITS) - 1));
+}
+
+static void
+put_entry(unsigned char *o, unsigned long long offset, uint32_t key)
+{
+    uint64_t entry = (offset & ((1ULL << OFFSET_BITS) - 1)) | ((uint64_t)key << OFFSET_BITS);
+    for (int b = 0; b < 8; b++)
+        o[b] = (unsigned char)(entry >> (8 * b));
+}
+
+/* The fewest bytes a line that names a message takes: {"v":1,"event":"","message_id":""}\n */
+#define LINE_WITH_ID_MIN 40
+
+/* Entries of ``data``'s whole lines into ``o`` (room for n / LINE_WITH_ID_MIN + 1); returns
+ * how many. One search for the field over the whole buffer, then the line around it. */
+static Py_ssize_t
+scan_lines(const unsigned char *data, Py_ssize_t n, unsigned long long base, unsigned char *o)
+{
+    Py_ssize_t count = 0, at = 0;
+    for (;;) {
+        const unsigned char *field = memmem(data + at, n - at, ID_FIELD, ID_FIELD_LEN);
+        if (field == NULL)
+            return count;
+        const unsigned char *before = memrchr(data + at, '\n', field - (data + at));
+        Py_ssize_t line = before ? before - data + 1 : at;
+        const unsigned char *value = field + ID_FIELD_LEN, *end = data + n, *p = value;
+        while (p < end && *p != '"' && *p != '\n')
+            p += (*p == '\\') ? 2 : 1;
+        const unsigned char *stop = p < end ? memchr(p, '\n', end - p) : NULL;
+        if (stop == NULL) /* a line not whole yet */
+            return count;
+        if (*p == '"') {
+            put_entry(o + 8 * count, base + (unsigned long long)line, id_key(value, p - value));
+            count++;
+        }
+        at = stop - data + 1;
+    }
+}
+
+static PyObject *
+index_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "index_lines(data, base)");
+        return NULL;
+    }
+    unsigned long long base = PyLong_AsUnsignedLongLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    unsigned char *entries = PyMem_RawMalloc(8 * (view.len / LINE_WITH_ID_MIN + 1));
+    if (entries == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count;
+    Py_BEGIN_ALLOW_THREADS
+    count = scan_lines(view.buf, view.len, base, entries);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *result = PyBytes_FromStringAndSize((const char *)entries, 8 * count);
+    PyMem_RawFree(entries);
+    return result;
+}
+
+static int
+by_value(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *
+sort_index(PyObject *module, PyObject *entries)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(entries, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t count = view.len / 8;
+    uint64_t *values = PyMem_RawMalloc(count ? 8 * count : 1);
+    if (values == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *in = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; b--)
+            v = (v << 8) | in[8 * i + b];
+        values[i] = v;
+    }
+    qsort(values, count, sizeof *values, by_value);
+    for (Py_ssize_t i = 0; i < count; i++) /* back to little-endian bytes, in place */
+        put_entry((unsigned char *)&values[i], values[i] & ((1ULL << OFFSET_BITS) - 1),
+                  (uint32_t)(values[i] >> OFFSET_BITS));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *result = PyBytes_FromStringAndSize((const char *)values, 8 * count);
+    PyMem_RawFree(values);
+    return result;
+}
+
+static PyObject *
+index_key(PyObject *module, PyObject *message_id)
+{
+    /* The id as the encoder writes it, quotes and all, then the bytes between them. */
+    Buffer scratch = {NULL, 0, 0, 0};
+    Buffer *previous = out;
+    out = &scratch;
+    int failed = put_str_value(message_id);
+    out = previous;
+    if (failed < 0) {
+        PyMem_Free(scratch.data);
+        return NULL;
+    }
+    uint32_t key = id_key((const unsigned char *)scratch.data + 1, scratch.len - 2);
+    PyMem_Free(scratch.data);
+    return PyLong_FromUnsignedLong(key);
+}
+
 static PyMethodDef methods[] = {
     {"compile", (PyCFunction)compile_plans, METH_O,
      "Compile encoding plans (see the file's comment)."},
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "A batch of whole records -> JSON Lines bytes (see the file's comment)."},
+    {"index_lines", (PyCFunction)(void (*)(void))index_lines, METH_FASTCALL,
+     "index_lines(data, base) -> the index entries of data's lines (see the file's comment)."},
+    {"index_key", (PyCFunction)index_key, METH_O,
+     "index_key(message_id) -> the 24-bit key its index entries carry."},
+    {"sort_index", (PyCFunction)sort_index, METH_O,
+     "sort_index(entries) -> the index entries sorted by key, then offset."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,11 +1,17 @@
 """The journal's files: JSON Lines appended in ``<data>/journal/``, rotated by size.
 
 Used from the journal's worker thread only. A file is named after the time it
-was begun (UTC) and the server run that wrote it, so that names sort in the
+was begun (UTC, to the millisecond: a run that stops and the next that starts
+never share it) and the server run that wrote it, so that names sort in the
 order they were written and two runs never share one. Each batch of lines is
 one ``write``: a file holds whole lines unless the machine itself fails. A file
 is synced when it is rotated or closed, not after every batch: the journal is an
 audit trail, not the server's durability point (that is the write-ahead log).
+
+Beside each file, its index by message id (``index.py``): after each batch is
+written, the entries of its lines that name a message are appended to
+``<file>.idx-new`` (found by C, without the interpreter lock); when the file is
+closed they are sorted into ``<file>.idx``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,12 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-SUFFIX = ".jsonl"
+import structlog
+
+from wiremq.modules.journal._encode import index_lines
+from wiremq.modules.journal.index import SUFFIX, complete, writing_index_path
+
+log = structlog.get_logger("wiremq.journal")
 
 
 class JournalFiles:
@@ -27,6 +38,7 @@ class JournalFiles:
         self.server = server
         self.files = 0  # begun by this run
         self._file: BinaryIO | None = None
+        self._index: BinaryIO | None = None
         self._size = 0
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -44,10 +56,9 @@ class JournalFiles:
             self._end()
         if self._file is None:
             self._begin()
-        assert self._file is not None
-        view = memoryview(data)
-        while view:
-            view = view[self._file.write(view) :]
+        assert self._file is not None and self._index is not None
+        _write_all(self._file, data)
+        _write_all(self._index, index_lines(data, self._size))
         self._size += len(data)
         return len(data)
 
@@ -58,15 +69,29 @@ class JournalFiles:
 
     def _begin(self) -> None:
         self.files += 1
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
         path = self.folder / f"{stamp}-{self.server}-{self.files:05d}{SUFFIX}"
         self._file = open(path, "xb", buffering=0)  # noqa: SIM115 (kept open across calls)
+        self._index = open(writing_index_path(path), "xb", buffering=0)  # noqa: SIM115
         self._size = 0
 
     def _end(self) -> None:
-        assert self._file is not None
+        assert self._file is not None and self._index is not None
         file, self._file = self._file, None
+        index, self._index = self._index, None
         try:
             os.fsync(file.fileno())
         finally:
             file.close()
+            index.close()
+        try:
+            complete(Path(file.name))
+        except OSError as error:  # the journal is whole: a lookup sorts the index later
+            log.error("journal.index_failed", file=file.name, error=str(error))
+
+
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) :]

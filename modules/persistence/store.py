@@ -69,8 +69,15 @@ class StoreWriter:
         self.log = runtime.log_writer()
         self.worker = runtime.worker("writer")
         self._changed = changed
+        # Run on the event loop before a record goes to the writer worker (HA mode: the
+        # journal's records so far go to its file first, on the same thread, so that every
+        # change a store holds is journaled however the process ends; server/ha.py).
+        self.before_write: Callable[[], None] | None = None
         self._waiting: Work = []
         self._running = False
+        # A record started a new log segment: the free-disk watermark looks at the disk
+        # then as well as on its timer, so a fast producer cannot fill it in between.
+        self.on_segment: Callable[[], None] = lambda: None
         self.commits = 0  # for statistics
         self.transactions = 0
 
@@ -107,11 +114,17 @@ class StoreWriter:
                 ),
             )
         else:
+            if self.before_write is not None:
+                self.before_write()
             self.worker.submit(
                 lambda: store.write(pending),
-                lambda _: self._finish(work, pending),
+                lambda _: self._segment_started(work, pending),
                 lambda error: self._abandon(work, pending, error),
             )
+
+    def _segment_started(self, work: Work, pending: PendingCommit) -> None:
+        self._finish(work, pending)
+        self.on_segment()
 
     def _abandon(
         self,
@@ -187,8 +200,13 @@ class Persistence:
                 max_delay=StoreBufferSettings.read(settings, "PubSubStore").maxdelay / 1000,
             )
         )
+        # Messages stored before this process opened the store (a restart, an HA takeover)
+        # may have been delivered already: read back, they come flagged redelivered.
+        self.restored_upto: dict[str, int] = store.opened_positions()
         self.durables: dict[SubscriptionKey, str] = {}  # durable subscription -> its topic
         self.active: set[SubscriptionKey] = set()  # those with a subscriber now
+        # When each one's subscriber last left (epoch ms), since the server started.
+        self.last_seen: dict[SubscriptionKey, int] = {}
         # Stored messages durable subscribers acknowledged past their stored position (an
         # older one is still unacknowledged), as the store keeps them (single
         # acknowledgements) and with those not yet committed: their replays skip them.
@@ -198,6 +216,12 @@ class Persistence:
         self.live_buffer_bytes = 0  # persistent queue messages held in memory, all queues
         self.live_buffer_limit = live.globalpersqueuebytehighwatermark
         self.queue_live_buffer_limit = live.persqueuebytehighwatermark
+
+    def subscriber_left(self, key: SubscriptionKey) -> None:
+        """The subscriber of the durable subscription ``key`` left: not active, last seen
+        now."""
+        self.active.discard(key)
+        self.last_seen[key] = self.runtime.now_ms()
 
     def _committed(self, transactions: list[StoreTransaction]) -> Callable[[], None]:
         """How to tell ``on_changed`` the destinations whose stored counts the commit may

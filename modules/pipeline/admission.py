@@ -12,7 +12,7 @@ destination's ``maxttl``.
 from __future__ import annotations
 
 from wiremq.modules.destinations.destination import Destination
-from wiremq.modules.destinations.expiry import effective_expiry
+from wiremq.modules.destinations.ttl import effective_expiry
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message, Target
 from wiremq.modules.pipeline.chain import Batch, GivenBack, PipelineModule

@@ -399,6 +399,7 @@ class Unit:
             step.unit_dropped(kept)
         for subscription, messages in self.taken:
             self.journal.unacknowledged(subscription, messages)
+            subscription.destination.count("acknowledged", messages, undone=True)
             subscription.destination.rejected(subscription, messages, requeue=True)
         self.owner.unit_failed(self, refusal)
 

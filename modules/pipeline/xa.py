@@ -396,7 +396,8 @@ class XAController:
                 persistence.acked_beyond.get(key, set()).difference_update(stored)
                 # Its acknowledged position may not stay past what comes back to it.
                 subscription.acked_position = min(subscription.acked_position, min(stored) - 1)
-            if messages:
+            if messages:  # those not moved back: their acknowledgement is undone
+                destination.count("acknowledged", messages, undone=True)
                 destination.rejected(subscription, messages, requeue=True)
         branch.taken = []
         if moved_back:

@@ -168,12 +168,15 @@ class Access:
         self._answers: dict[str, int] = {}
         self._cache_size = cache_size
 
+    @property
+    def removed(self) -> bool:
+        """Whether the user is no longer in the users file."""
+        self._follow()
+        return self._user is None
+
     def bits(self, destination: str) -> int:
         """The permissions held on ``destination``, as a bit set."""
-        if self._generation() != self._seen:
-            self._seen = self._generation()
-            self._user = self._lookup()
-            self._answers.clear()
+        self._follow()
         found = self._answers.get(destination)
         if found is None:
             user = self._user
@@ -187,6 +190,13 @@ class Access:
                 self._answers.clear()
             self._answers[destination] = found
         return found
+
+    def _follow(self) -> None:
+        """The user as the users file says now, if it was read again."""
+        if self._generation() != self._seen:
+            self._seen = self._generation()
+            self._user = self._lookup()
+            self._answers.clear()
 
     def allows(self, permission: str, destination: str) -> bool:
         bit = _BITS[permission]

@@ -271,9 +271,31 @@ class UsersFile:
         self.write(directory)
         return True
 
+    def change(
+        self, name: str, role: str | None = None, groups: Iterable[str] | None = None
+    ) -> None:
+        """Change a user's role and groups (those given), keeping its password."""
+        directory = self.read()
+        user = self._user(directory, name)
+        if role is not None and role not in ROLES:
+            raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        directory.users[name] = replace(
+            user,
+            role=role if role is not None else user.role,
+            groups=_group_names(groups) if groups is not None else user.groups,
+        )
+        self.write(directory)
+
     def grant(self, user: str | None, group: str | None, pattern: str, words: list[str]) -> None:
         """Give a user (or a group) ``words`` (permission names) on ``pattern``."""
         self._change(user, group, pattern, lambda bits: bits | permission_bits(words))
+
+    def set_permissions(
+        self, user: str | None, group: str | None, pattern: str, words: list[str]
+    ) -> bool:
+        """Give a user (or a group) exactly ``words`` on ``pattern`` (none: the grant goes);
+        False if that was so already."""
+        return self._change(user, group, pattern, lambda bits: permission_bits(words))
 
     def revoke(
         self, user: str | None, group: str | None, pattern: str, words: list[str] | None

@@ -23,6 +23,10 @@ from wiremq.modules.stomp.frames import Frame, ProtocolError
 # over. A smaller one is cheaper to join.
 FILL_FROM = 64 * 1024
 
+# ``FrameDecoder.refused_rest`` of a frame refused for its size whose length was not
+# declared: it ends at its NUL.
+UNTIL_NUL = -1
+
 _ESCAPES_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 _ESCAPES_12 = {**_ESCAPES_11, "\\r": "\r"}
 
@@ -100,6 +104,11 @@ class FrameDecoder:
         self._head_size = 0  # bytes of the head of the frame whose body is being filled
         self.completed = 0  # frames decoded so far (tells one pending frame from the next)
         self.error: ProtocolError | None = None
+        # A frame refused for its size (``error``): the bytes of it still to come (0: none,
+        # UNTIL_NUL: up to its NUL), and those thrown away since (``discard``). None: no
+        # such frame (any other error, whose frame's end is unknown).
+        self.refused_rest: int | None = None
+        self.discarded = 0
 
     @property
     def buffered(self) -> int:
@@ -114,6 +123,20 @@ class FrameDecoder:
         if pending is not None and pending.length is not None:
             return pending.length
         return self._buffered
+
+    def discard(self, data: bytes) -> None:
+        """Throw away bytes that follow an error: the rest of a frame refused for its size
+        is counted down (``refused_rest``), so that the connection can read it to its end
+        before it closes and the client, still writing it, can finish and read the ERROR."""
+        self.discarded += len(data)
+        rest = self.refused_rest
+        if not rest:
+            return
+        if rest == UNTIL_NUL:
+            if b"\0" in data:
+                self.refused_rest = 0
+        else:
+            self.refused_rest = max(0, rest - len(data))
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add bytes and return the frames they complete, in order."""
@@ -142,7 +165,7 @@ class FrameDecoder:
                 return
             pending = self._pending
             if pending is not None and pending.length is None and b"\0" not in data:
-                self._check_body_size(self._buffered - pending.body_start)
+                self._check_body_size(self._buffered - pending.body_start, UNTIL_NUL)
                 return
             buf = b"".join(self._chunks)
             self._chunks = []
@@ -197,11 +220,11 @@ class FrameDecoder:
             else:
                 body_end = buf.find(b"\0", max(pending.body_start, self._scanned))
                 if body_end < 0:
-                    self._check_body_size(end - pending.body_start)
+                    self._check_body_size(end - pending.body_start, UNTIL_NUL)
                     self._pending = pending
                     self._scanned = end
                     break
-                self._check_body_size(body_end - pending.body_start)
+                self._check_body_size(body_end - pending.body_start, 0)
             body = buf[pending.body_start : body_end]
             frames.append(Frame(pending.command, pending.headers, body))
             pos = body_end + 1
@@ -276,11 +299,20 @@ class FrameDecoder:
         command, headers = self._parse_head(buf, pos, head_end)
         length_text = headers.get("content-length")
         length = None if length_text is None else self._content_length(length_text)
+        if length is not None and length > self.limits.max_body_bytes:
+            self.refused_rest = max(0, body_start + length + 1 - end)
+            raise ProtocolError(
+                "frame too large",
+                f"content-length {length} exceeds the server's limit of "
+                f"{self.limits.max_body_bytes} bytes",
+            )
         self._scanned = body_start
         return _PendingFrame(command, headers, body_start, length)
 
-    def _check_body_size(self, size: int) -> None:
+    def _check_body_size(self, size: int, rest: int) -> None:
+        """Refuse a body over the limit; ``rest``: what is still to come of its frame."""
         if size > self.limits.max_body_bytes:
+            self.refused_rest = rest
             raise ProtocolError(
                 "frame too large",
                 f"body exceeds the server's limit of {self.limits.max_body_bytes} bytes",
@@ -305,14 +337,7 @@ class FrameDecoder:
     def _content_length(self, text: str) -> int:
         if not (text.isascii() and text.isdigit()):
             raise ProtocolError("malformed frame", f"content-length {text!r} is not a number")
-        length = int(text)
-        if length > self.limits.max_body_bytes:
-            raise ProtocolError(
-                "frame too large",
-                f"content-length {length} exceeds the server's limit of "
-                f"{self.limits.max_body_bytes} bytes",
-            )
-        return length
+        return int(text)
 
     def _parse_head(self, buf: bytes, start: int, stop: int) -> tuple[str, dict[str, str]]:
         try:

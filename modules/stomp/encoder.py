@@ -79,9 +79,11 @@ def error(
     return encode_frame("ERROR", headers, (detail or message).encode(), version)
 
 
-def transaction_error(message: str, detail: str, transaction: str, version: str) -> bytes:
-    """An ERROR frame naming a transaction (``transaction`` header) the server discarded."""
-    headers = [("message", message), ("transaction", transaction), ("content-type", "text/plain")]
+def naming_error(message: str, detail: str, named: list[tuple[str, str]], version: str) -> bytes:
+    """An ERROR frame naming, in ``named`` headers, what the server ended while the
+    connection goes on: a discarded transaction (``transaction``), a subscription that
+    lost its read permission (``subscription``, ``destination``)."""
+    headers = [("message", message), *named, ("content-type", "text/plain")]
     return encode_frame("ERROR", headers, (detail or message).encode(), version)
 
 

@@ -136,8 +136,19 @@ class TransactionError(NamedTuple):
     detail: str
 
 
+class SubscriptionError(NamedTuple):
+    """An ERROR naming a subscription the server ended (its client lost the read
+    permission on its destination), sent at once; the connection stays open, like after a
+    ``TransactionError``."""
+
+    subscription: str
+    destination: str
+    message: str
+    detail: str
+
+
 class Heartbeat(NamedTuple):
     pass
 
 
-Reply = Connected | Receipt | Recovered | Error | TransactionError | Heartbeat
+Reply = Connected | Receipt | Recovered | Error | TransactionError | SubscriptionError | Heartbeat

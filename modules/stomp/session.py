@@ -10,8 +10,9 @@ tested on a fake clock.
 
 Once the client broke the protocol (a ``BadInput`` event) or said DISCONNECT,
 nothing more is read; once an ERROR was encoded, nothing more is sent (but for
-the ERROR that names a discarded transaction, ``TransactionError``, after which
-the connection goes on).
+the ERRORs that name a discarded transaction, ``TransactionError``, or a
+subscription that lost its read permission, ``SubscriptionError``, after which the
+connection goes on).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from wiremq.modules.stomp.events import (
     Request,
     Send,
     Subscribe,
+    SubscriptionError,
     TransactionError,
     Unsubscribe,
 )
@@ -111,8 +113,10 @@ class StompSession:
     # -- input -------------------------------------------------------------------------
 
     def receive_data(self, data: bytes, now: float) -> list[Request]:
-        """The requests the bytes complete, in order; a ``BadInput`` ends the list."""
+        """The requests the bytes complete, in order; a ``BadInput`` ends the list. Once
+        nothing more is read, the bytes are thrown away (``FrameDecoder.discard``)."""
         if not self.reading:
+            self.decoder.discard(data)
             return []
         self.last_received = now
         events: list[Request] = []
@@ -179,9 +183,11 @@ class StompSession:
         if isinstance(reply, Recovered):
             return encoder.recovered(reply.receipt_id, reply.xids, version)
         if isinstance(reply, TransactionError):
-            return encoder.transaction_error(
-                reply.message, reply.detail, reply.transaction, version
-            )
+            named = [("transaction", reply.transaction)]
+            return encoder.naming_error(reply.message, reply.detail, named, version)
+        if isinstance(reply, SubscriptionError):
+            named = [("subscription", reply.subscription), ("destination", reply.destination)]
+            return encoder.naming_error(reply.message, reply.detail, named, version)
         self.closed = True
         self.reading = False
         offer = ",".join(VERSIONS) if self.version is None else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -55,7 +56,7 @@ def test_destinations_show_depth_counts_and_watermarks(console):
     server, api = console
     fill(server.port, "/queue/d", ["a", "bb", "ccc"])
     fill(server.port, "/queue/d", ["stored"], persistent="true")
-    queues = api.get("/api/destinations")["queues"]
+    queues = api.get("/api/destinations?kind=queue")["destinations"]
     (queue,) = [q for q in queues if q["name"] == "/queue/d"]
     assert queue["messages"] == 4 and queue["received"] == 4 and queue["delivered"] == 0
     assert queue["stored_messages"] == 1 and queue["volatile_messages"] == 3
@@ -109,6 +110,14 @@ def test_history_samples_rates_from_the_counters(reactor, start_server, console_
     assert any(received), f"a rate of received messages was charted: {received}"
     mine = api.get(f"/api/history?destination={encoded('/queue/h')}")
     assert 20 in mine["series"]["messages"]["values"]
+
+
+def test_a_charted_rate_comes_within_seconds_of_a_start_at_the_default_interval(console):
+    server, api = console  # Admin.sampleinterval: 10 s; rates once two samples were taken
+    started = time.monotonic()
+    assert until(lambda: len(api.get("/api/history")["times"]) >= 2, timeout=8)
+    rates = api.get("/api/history")["series"]["received"]["values"]
+    assert rates[1] is not None and time.monotonic() - started < 10
 
 
 def test_openapi_documents_every_route(console):
@@ -368,7 +377,7 @@ def test_malformed_credentials_get_401(with_users, header):
     [
         ("viewer", "GET", "/api/overview", None, True),
         ("viewer", "GET", "/metrics", None, True),
-        ("viewer", "GET", "/api/destinations/%2Fqueue%2Fr/messages", None, False),
+        ("viewer", "GET", "/api/destinations/%2Fqueue%2Fr/messages", None, True),  # read
         ("viewer", "POST", "/api/destinations/%2Fqueue%2Fr/purge", None, False),
         ("viewer", "PUT", "/api/parameters/ClientEgress.maxdepth", {"value": 500}, False),
         ("operator", "POST", "/api/destinations/%2Fqueue%2Fr/purge", None, True),
@@ -436,9 +445,10 @@ def test_a_session_unused_past_the_timeout_ends(with_users):
 
 
 def _gate(server):
-    """The console's gate (its sessions), found through the listener's site."""
+    """The console's gate (its sessions), found through the listener's site (wrapped in
+    the factory that counts the console's sockets)."""
     (listener,) = server.listeners
-    return listener.factory.resource.gate
+    return listener.factory.wrappedFactory.resource.gate
 
 
 def test_without_a_users_file_the_console_listens_on_localhost_only(reactor, start_server):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.integration.clients import RawClient, connect
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\0"
 BIG = 64 * 1024
+MIB = 1024 * 1024
 
 CASES = {
     "malformed header": (
@@ -23,11 +26,14 @@ CASES = {
     "ack of unknown message": (CONNECT + b"ACK\nid:nope@1\n\n\0", "unknown message"),
     "frame before connect": (b"SEND\ndestination:/queue/a\n\nx\0", "not connected"),
     "body over the limit": (
-        CONNECT + b"SEND\ndestination:/queue/a\ncontent-length:99999999\n\n",
+        CONNECT
+        + b"SEND\ndestination:/queue/a\ncontent-length:%d\n\n" % (BIG + 10)
+        + b"x" * (BIG + 10)
+        + b"\0",
         "frame too large",
     ),
     "body over the limit without content-length": (
-        CONNECT + b"SEND\ndestination:/queue/a\n\n" + b"x" * (BIG + 10),
+        CONNECT + b"SEND\ndestination:/queue/a\n\n" + b"x" * (BIG + 10) + b"\0",
         "frame too large",
     ),
     "header over the limit": (
@@ -153,3 +159,76 @@ def test_frames_after_disconnect_are_ignored(server):
     producer, _ = connect(server.port)
     producer.send("/queue/after-bye", "marker")
     assert [m.body for m in recorder.wait_for_messages(2)] == ["before", "marker"]
+
+
+def _send_oversized(port: int, head: bytes, body_size: int) -> tuple[OSError | None, RawClient]:
+    """Send a SEND whose body is over the limit, all of it, as a client that writes its whole
+    frame before it reads; the error its write met (None: it could write it all)."""
+    client = RawClient(port)
+    client.connect()
+    try:
+        client.send(head + b"x" * body_size + b"\0")
+    except OSError as error:
+        return error, client
+    return None, client
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "no content-length"])
+def test_a_client_sending_a_frame_over_the_limit_finishes_its_write_and_reads_the_error(
+    server, declared
+):
+    """16 MiB with the default maxbodysize (10 MiB): the server refused the frame and closed
+    while the client was still writing it, so its write failed (EPIPE or ECONNRESET) and
+    the ERROR was lost with the connection's reset. The server now reads and throws away
+    the rest of the refused frame before it closes."""
+    size = 16 * MIB
+    head = b"SEND\ndestination:/queue/too-big\nreceipt:big\n"
+    head += b"content-length:%d\n\n" % size if declared else b"\n"
+    error, client = _send_oversized(server.port, head, size)
+    assert error is None, f"the client's write failed: {error!r}"
+    frame = client.next_frame()
+    assert frame.command == "ERROR" and frame.headers["message"] == "frame too large"
+    assert client.wait_closed()
+    client.close()
+
+
+def test_stomp_py_sending_a_message_over_the_limit_reports_the_error(server):
+    """stomp.py's send of 16 MiB returns and its listener is told the server's ERROR (it
+    raised a broken pipe, and the ERROR never reached the listener)."""
+    producer, recorder = connect(server.port)
+    producer.send("/queue/too-big", "x" * (16 * MIB))  # raised BrokenPipeError
+    assert recorder.wait_until(lambda: bool(recorder.errors))
+    assert recorder.errors[0].headers["message"] == "frame too large"
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "no content-length"])
+def test_a_client_that_stops_sending_a_refused_frame_is_closed_after_discardtime(
+    start_server, declared
+):
+    """The rest of a refused frame is waited for only ``discardtime``; its ERROR is sent at
+    once."""
+    server = start_server(
+        **{"StompListener.maxbodysize": "100", "StompListener.discardtime": "0.5"}
+    )
+    client = RawClient(server.port)
+    client.connect()
+    length = b"content-length:1000\n" if declared else b""
+    client.send(b"SEND\ndestination:/queue/a\n" + length + b"\n" + b"x" * 500)
+    started = time.monotonic()
+    assert client.next_frame().headers["message"] == "frame too large"
+    assert client.wait_closed()
+    assert 0.4 < time.monotonic() - started < 5
+
+
+def test_a_refused_frame_longer_than_discardbytes_is_cut_off(start_server):
+    """Past ``discardbytes`` of the refused frame the connection closes without waiting for
+    the rest: the ERROR was written first."""
+    server = start_server(
+        **{"StompListener.maxbodysize": "100", "StompListener.discardbytes": str(64 * 1024)}
+    )
+    client = RawClient(server.port)
+    client.connect()
+    client.send(b"SEND\ndestination:/queue/a\ncontent-length:100000000\n\n")
+    assert client.next_frame().headers["message"] == "frame too large"
+    client.send(b"x" * (128 * 1024))  # within the socket buffers: the write goes through
+    assert client.wait_closed(timeout=5)

@@ -79,6 +79,24 @@ def test_connections_past_the_total_limit_get_an_error_answering_connect(start_s
     assert _refused(RawClient(server.port, source="127.0.0.3")) == "too many connections"
 
 
+def test_connections_that_have_not_sent_connect_do_not_count_against_the_limit(start_server):
+    """150 sockets open before any of them sends CONNECT, ``maxconnections`` 100: the first
+    100 CONNECTs are accepted and the other 50 refused. (Sockets were counted, not
+    connections: only 84 got CONNECTED, and which depended on when the refused ones
+    closed.)"""
+    server = start_server(**{"StompListener.maxconnections": "100"})
+    sockets = [RawClient(server.port, source=f"127.0.0.{1 + n % 50}") for n in range(150)]
+    assert until(lambda: len(server.connections) == 150)
+    answers = []
+    for client in sockets:
+        client.send(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0")
+        frame = client.next_frame()
+        answers.append(frame.command if frame.command == "CONNECTED" else frame.headers["message"])
+    assert answers == ["CONNECTED"] * 100 + ["too many connections"] * 50
+    for client in sockets:
+        client.close()
+
+
 def test_a_connection_that_never_sends_connect_is_closed_with_an_error(start_server):
     server = start_server(**{"StompListener.connecttimeout": "0.5"})
     silent = RawClient(server.port)

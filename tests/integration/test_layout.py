@@ -11,11 +11,17 @@ from typing import Any
 
 from tests.integration.clients import connect, fill
 from tests.integration.console import encoded
+from wiremq.admin.destinations import SORTS
 from wiremq.modules.history import DESTINATION_SERIES, SERVER_SERIES
 
 STATIC = Path(__file__).resolve().parents[2] / "admin" / "static"
 LAYOUT = json.loads((STATIC / "layout.json").read_text())
 FORMATS = set(re.findall(r"^  (\w+): ", (STATIC / "console.js").read_text(), re.MULTILINE))
+SCRIPTS = "".join(p.read_text() for p in STATIC.glob("*.js"))
+SECTION_TYPES = set(re.findall(r"^  (\w+)\(section", SCRIPTS, re.MULTILINE)) | set(
+    re.findall(r"^\s*SECTIONS\.(\w+) = ", SCRIPTS, re.MULTILINE)
+)
+FORMS = set(re.search(r"const FORMS = \{ ([\w, ]+) \}", SCRIPTS).group(1).split(", "))
 MISSING = object()
 # Rows empty on a healthy server, and where rows of the same shape are found.
 SAME_SHAPE = {"slow_subscribers": ("/api/state", "sockets")}
@@ -51,21 +57,28 @@ def test_every_entry_of_the_layout_is_answered_by_the_api(console):
     consumer.subscribe(  # holds the first message: the second waits
         "/queue/work", id="w", ack="client-individual", headers={"activemq.prefetchSize": "1"}
     )
-    consumer.subscribe("/topic/news", id="n", headers={"receipt": "s"})
+    consumer.subscribe(
+        "/topic/news", id="n", headers={"receipt": "s", "activemq.subscriptionName": "n"}
+    )
     assert recorder.wait_until(lambda: "s" in recorder.receipts)
     recorder.wait_for_messages(1)
     session = api.get("/api/connections")["connections"][0]["session"]
     # a page of one destination shows a queue or a topic: an entry is answered by one of them
     variants = [{"name": "/queue/work", "session": session}, {"name": "/topic/news"}]
     assert "count" in FORMATS and "bytes" in FORMATS
+    assert {"table", "figures", "form", "users", "story"} <= SECTION_TYPES
+    assert {"publish", "create"} == FORMS
     checked = 0
     for page in LAYOUT["pages"]:
         for section in page["sections"]:
+            assert section["type"] in SECTION_TYPES, section
+            assert section.get("form") in (None, *FORMS), section
             for item in (*section.get("items", ()), *section.get("columns", ())):
                 assert item.get("format", "count") in FORMATS, item
+                assert item.get("sort") in (None, *SORTS), item
             if "series" in section:
                 known = DESTINATION_SERIES if "destination" in section else SERVER_SERIES
-                assert set(section["series"]) <= {s.name for s in known}, section
+                assert set(section["series"]) <= {s.chart for s in known}, section
             if "source" not in section:
                 continue
             answers = []

@@ -260,3 +260,77 @@ def test_purge_after_a_restart_removes_the_restored_backlog(reactor, start_serve
     assert _queue(api, "/queue/kept")["backlog_in_store"] is False
     fill(server.port, "/queue/kept", ["new"], persistent="true")
     assert _drain(server.port, "/queue/kept", 1) == ["new"]
+
+
+HOUR_MS = 3_600_000
+TEN_MINUTES_MS = 600_000
+
+
+def _expires_of(api, queue: str) -> dict[str, int]:
+    """The expiry of each message waiting in ``queue``, by body."""
+    found = api.get(f"/api/destinations/{encoded(queue)}/messages")["messages"]
+    return {m["body"]: m["expires"] for m in found}
+
+
+def test_copies_keep_or_drop_their_expiry_by_one_rule_before_and_after_a_restart(
+    reactor, start_server, console_of
+):
+    """A moved message keeps its own expiry, a dead-lettered one drops it; either is capped
+    by its new destination's maxttl, and the copy stored is the copy delivered: a restart
+    finds the same expiry (the dead copy and the moved copy were once made by two pieces of
+    code that differed on it, and neither stored what the pipeline then applied)."""
+    server = start_server()
+    api = console_of(server)
+    for capped in ("/queue/DMQ", "/queue/short"):
+        api.ok(
+            "PUT",
+            f"/api/destinations/{encoded(capped)}/parameters/maxttl",
+            {"value": TEN_MINUTES_MS},
+        )
+    own = int(time.time() * 1000) + HOUR_MS
+    fill(
+        server.port, "/queue/src", ["dead", "moved", "capped"], persistent="true", expires=str(own)
+    )
+    fill(server.port, "/queue/src", ["volatile"], expires=str(own))
+    consumer, recorder = connect(server.port)
+    consumer.subscribe(
+        "/queue/src", id="1", ack="client-individual", headers={"prefetch-count": "1"}
+    )
+    first = recorder.wait_for_messages(1)[0]
+    assert first.body == "dead"
+    before = int(time.time() * 1000)
+    consumer.nack(first.headers["ack"], receipt="n", requeue="false")
+    assert recorder.wait_until(lambda: "n" in recorder.receipts)
+    consumer.disconnect()
+    waiting = api.get(f"/api/destinations/{encoded('/queue/src')}/messages")["messages"]
+    ids = {m["body"]: m["message_id"] for m in waiting}
+    base = f"/api/destinations/{encoded('/queue/src')}/messages"
+    api.ok("POST", f"{base}/{encoded(ids['moved'])}/move", {"to": "/queue/plain"})
+    api.ok("POST", f"{base}/{encoded(ids['volatile'])}/move", {"to": "/queue/plain"})
+    api.ok("POST", f"{base}/{encoded(ids['capped'])}/move", {"to": "/queue/short"})
+    after = int(time.time() * 1000)
+
+    def expiries() -> dict[str, int]:
+        return {
+            **_expires_of(api, "/queue/DMQ"),
+            **_expires_of(api, "/queue/plain"),
+            **_expires_of(api, "/queue/short"),
+        }
+
+    assert until(lambda: len(expiries()) == 4)
+    seen = expiries()
+    assert seen["moved"] == own and seen["volatile"] == own, "a move keeps the message's expiry"
+    assert before + TEN_MINUTES_MS <= seen["dead"] <= after + TEN_MINUTES_MS, (
+        "a dead copy has no expiry of its own: the DMQ's maxttl alone, from its death"
+    )
+    assert before + TEN_MINUTES_MS <= seen["capped"] <= after + TEN_MINUTES_MS
+    call_in_reactor(reactor, server.stop)
+    server = start_server()
+    api = console_of(server)
+    restored = {**_expires_of(api, "/queue/DMQ"), **_expires_of(api, "/queue/plain")}
+    restored.update(_expires_of(api, "/queue/short"))
+    assert restored == {k: v for k, v in seen.items() if k != "volatile"}
+    delivered, copies = connect(server.port)
+    delivered.subscribe("/queue/DMQ", id="d")
+    (dead,) = copies.wait_for_messages(1)
+    assert dead.headers["expires"] == str(seen["dead"]) and dead.headers["dead-reason"]

@@ -77,19 +77,37 @@ def test_messages_beyond_the_live_buffer_are_read_back_from_the_store_in_order(s
     assert [m.body for m in messages] == bodies
 
 
-def test_each_delivery_mode_keeps_its_order_in_a_mixed_queue(server):
-    """Persistent (G-1) and non-persistent (D-1) messages go out through different egress
-    priority queues, so their relative order is not kept; each mode's own order is."""
+def test_a_queue_keeps_one_order_over_both_delivery_modes(server):
+    """p1 persistent (its receipt awaited), n1 non-persistent, p2 persistent: a consumer
+    subscribing afterwards gets them in that order. (Non-persistent messages go out
+    through the egress queues written before the persistent one, G-1: n1 overtook p1.)"""
     producer, recorder = connect(server.port)
-    for i in range(20):
-        headers = PERSISTENT if i % 2 else {}
-        producer.send("/queue/mixed-modes", str(i), headers=dict(headers), receipt=f"r{i}")
-    assert recorder.wait_until(lambda: len(recorder.receipts) == 20)
-    _, _, messages = _drain(server.port, "/queue/mixed-modes", 20)
-    persistent = [int(m.body) for m in messages if m.headers.get("persistent") == "true"]
-    volatile = [int(m.body) for m in messages if "persistent" not in m.headers]
-    assert persistent == list(range(1, 20, 2))
-    assert volatile == list(range(0, 20, 2))
+    for i, (body, headers) in enumerate([("p1", PERSISTENT), ("n1", {}), ("p2", PERSISTENT)]):
+        producer.send("/queue/one-order", body, headers=dict(headers), receipt=f"r{i}")
+        assert recorder.wait_until(lambda i=i: f"r{i}" in recorder.receipts)
+    _, _, messages = _drain(server.port, "/queue/one-order", 3)
+    assert [m.body for m in messages] == ["p1", "n1", "p2"]
+
+
+def test_a_mixed_queue_keeps_its_order_for_a_consumer_with_many_in_flight(server):
+    """Twenty messages alternating between the modes, all waiting when the consumer
+    subscribes (its window takes them all at once), and twenty more while it consumes.
+    Each reaches the queue before the next is sent (a persistent one once stored: a
+    non-persistent one sent before its receipt may reach the queue first)."""
+    producer, recorder = connect(server.port)
+
+    def send(numbers: range) -> None:
+        for i in numbers:
+            headers = PERSISTENT if i % 2 else {}
+            producer.send("/queue/mixed-modes", str(i), headers=dict(headers), receipt=f"r{i}")
+            assert recorder.wait_until(lambda i=i: f"r{i}" in recorder.receipts)
+
+    send(range(20))
+    consumer, received = connect(server.port)
+    consumer.subscribe("/queue/mixed-modes", id="1")
+    send(range(20, 40))
+    messages = received.wait_for_messages(40)
+    assert [int(m.body) for m in messages] == list(range(40))
 
 
 @pytest.mark.parametrize("spelling", ["activemq", "durable", "persistent"])

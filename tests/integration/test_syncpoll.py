@@ -86,6 +86,26 @@ def test_a_timeout_shorter_than_the_window_is_kept(pipe_poller) -> None:
     assert max(epoll.timeouts) <= 0.05
 
 
+def test_an_ha_deadline_is_never_slept_past_and_once_past_no_event_is_handed_out(
+    pipe_poller,
+) -> None:
+    poller, epoll, readable, writable = pipe_poller
+    expired: list[float] = []
+    poller.on_deadline = lambda: expired.append(time.monotonic())
+    poller.deadline = time.monotonic() + 0.2
+    assert not poller.expired()
+    os.write(writable, b"x")
+    assert poller.poll(-1, 10) == [(readable, select.EPOLLIN)]  # before it: as ever
+    os.read(readable, 1)
+    started = time.monotonic()
+    assert poller.poll(30.0, 10) == []  # nothing comes: it wakes at the deadline
+    assert expired and expired[0] - started < 5.0
+    assert epoll.timeouts[-1] <= 0.2
+    os.write(writable, b"x")  # past it, a ready socket is not handed to the reactor
+    assert poller.poll(-1, 10) == [] and len(expired) == 2
+    assert poller.expired()
+
+
 def test_a_poll_asked_not_to_wait_is_passed_on_once(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
     poller.poll_until(time.perf_counter() + 5.0)

@@ -23,10 +23,12 @@ class ServerProcess:
     _copier: threading.Thread
 
     @classmethod
-    def start(cls, data: Path, log: Path) -> ServerProcess:
+    def start(cls, data: Path, log: Path, admin_port: int = 0) -> ServerProcess:
+        """``admin_port``: the console's port (0: no console)."""
         port = free_port()
         process = subprocess.Popen(
-            [*WIREMQ, "serve", "--port", str(port), "--data", str(data), "--admin-port", "0"],
+            [*WIREMQ, "serve", "--port", str(port), "--data", str(data)]
+            + ["--admin-port", str(admin_port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -272,6 +272,7 @@ def test_the_summary_counts_each_message_once(spark):
         "expired": 1,
         "acknowledged": 1,
         "discarded": 0,
+        "lost": 0,
         "unexplained": 2,  # d, and c's copy: neither has a fate
     }
     named = [
@@ -280,3 +281,69 @@ def test_the_summary_counts_each_message_once(spark):
     assert sorted(named) == [("c", DMQ), ("d", Q)]
     by_destination = {r["destination"]: r for r in conservation.by_destination(audited).collect()}
     assert by_destination[Q]["messages"] == 4 and by_destination[Q]["unexplained"] == 1
+
+
+# -- across server runs and the nodes of an HA pair -------------------------------------------
+
+
+def on(run: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """A record as the run ``run`` wrote it (its file's name says so)."""
+    return {**entry, "server_run": run}
+
+
+def runs(*runs: tuple[str, bool]) -> list[dict[str, Any]]:
+    """Each run's server_started, and its server_stopped if it stopped cleanly."""
+    found = []
+    for run, stopped in runs:
+        found.append(on(run, record("server_started", 0, server=run)))
+        if stopped:
+            found.append(on(run, record("server_stopped", 99, server=run)))
+    return found
+
+
+def test_a_message_received_on_a_killed_node_and_acknowledged_on_the_next_is_explained(spark):
+    records = [
+        *runs(("aaaa0001", False), ("bbbb0002", True)),
+        on("aaaa0001", received("m", persistent=True)),
+        on("aaaa0001", record("stored", 2, **msg("m", persistent=True), store="persqueue", seq=1)),
+        on("aaaa0001", delivered("m", s="a-s1")),  # never settled: its node was killed
+        on("bbbb0002", record("redelivered", 10, **msg("m"), **sub("b-s1", "0"), ack="client")),
+        on("bbbb0002", acknowledged("m", s="b-s1")),
+    ]
+    assert fate(verdicts(spark, records, []), "m") == ("acknowledged", None, [])
+
+
+def test_an_acknowledgement_whose_removal_died_with_its_node_does_not_count(spark):
+    records = [
+        *runs(("aaaa0001", False), ("bbbb0002", True)),
+        on("aaaa0001", received("m", persistent=True)),
+        on("aaaa0001", delivered("m", s="a-s1")),
+        on("aaaa0001", acknowledged("m", s="a-s1")),  # its removal never committed
+        on("bbbb0002", record("redelivered", 10, **msg("m"), **sub("b-s1", "0"), ack="client")),
+        on("bbbb0002", acknowledged("m", s="b-s1")),
+    ]
+    assert fate(verdicts(spark, records, []), "m") == ("acknowledged", None, [])
+    # The same on a run that stopped cleanly: acknowledged twice, which cannot be.
+    clean = [r for r in records if r["event"] != "server_started"] + runs(
+        ("aaaa0001", True), ("bbbb0002", True)
+    )
+    found, _, problems = fate(verdicts(spark, clean, []), "m")
+    assert found == "unexplained" and "acknowledged more than once" in problems
+
+
+def test_what_a_node_held_and_no_store_did_is_lost_with_it_and_nothing_else_is(spark):
+    records = [
+        *runs(("aaaa0001", False), ("cccc0003", True)),
+        on("aaaa0001", received("volatile")),
+        on("aaaa0001", delivered("volatile", s="a-s1")),
+        on("aaaa0001", received("never committed", persistent=True)),
+        on("aaaa0001", received("committed", persistent=True)),
+        on("aaaa0001", record("stored", 2, **msg("committed"), store="persqueue", seq=1)),
+        on("cccc0003", received("clean run")),
+    ]
+    result = verdicts(spark, records, [])
+    assert fate(result, "volatile") == ("lost", "ended-with-its-server", [])
+    assert fate(result, "never committed") == ("lost", "ended-with-its-server", [])
+    # A stored message that no later run delivered and no snapshot holds is not explained.
+    assert fate(result, "committed") == ("unexplained", None, ["no fate"])
+    assert fate(result, "clean run") == ("unexplained", None, ["no fate"])

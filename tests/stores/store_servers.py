@@ -89,63 +89,91 @@ def postgres_unavailable() -> str | None:
     return None
 
 
-@contextmanager
-def postgres_cluster() -> Iterator[str]:
-    """A fresh PostgreSQL cluster with one database; yields its postgresql:// URI.
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on a free loopback port, in a temporary folder.
 
     initdb refuses to run as root, so as root the cluster belongs to the
-    'postgres' user. fsync is off: these tests check the store, not the disk.
+    'postgres' user. ``durable``: fsync and synchronous commits on (a benchmark's
+    figures); off, the default, for tests that check the store, not the disk.
     """
-    user = "postgres" if os.geteuid() == 0 else None
-    directory = Path(tempfile.mkdtemp(prefix="wiremq-pg-"))
-    if user:
-        shutil.chown(directory, user)
-    data = directory / "data"
-    port = free_port()
-    run = {"user": user, "check": True, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    pg_ctl = [str(postgres_bin("pg_ctl")), "-D", str(data)]
-    try:
-        subprocess.run(
-            [
+
+    def __init__(self, durable: bool = False) -> None:
+        self.user = "postgres" if os.geteuid() == 0 else None
+        self.directory = Path(tempfile.mkdtemp(prefix="wiremq-pg-"))
+        if self.user:
+            shutil.chown(self.directory, self.user)
+        self.data = self.directory / "data"
+        self.port = free_port()
+        self.durable = durable
+        self._pg_ctl = [str(postgres_bin("pg_ctl")), "-D", str(self.data)]
+        try:
+            self._run(
                 str(postgres_bin("initdb")),
                 "-D",
-                str(data),
+                str(self.data),
                 "-U",
                 "wiremq",
                 "--auth=trust",
                 "--no-sync",
                 "-E",
                 "UTF8",
-            ],
-            **run,
-        )  # type: ignore[call-overload]
-        options = (
-            f"-p {port} -k {directory} -c listen_addresses={LOOPBACK} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        subprocess.run(
-            [
-                *pg_ctl,
-                "-o",
-                options,
-                "-l",
-                str(directory / "server.log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-            **run,
-        )  # type: ignore[call-overload]
-        try:
-            import psycopg2
+            )
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
 
-            admin = psycopg2.connect(host=LOOPBACK, port=port, user="wiremq", dbname="postgres")
+    def _run(self, *command: str) -> None:
+        subprocess.run(
+            command,
+            user=self.user,
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses={LOOPBACK}"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        log = str(self.directory / "server.log")
+        self._run(*self._pg_ctl, "-o", options, "-l", log, "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop it (``fast``: every session ended; ``immediate``: as a crash would)."""
+        self._run(*self._pg_ctl, "-m", mode, "-w", "-t", "60", "stop")
+
+    def uri(self, database: str) -> str:
+        return f"postgresql://wiremq@{LOOPBACK}:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new, empty database; its URI."""
+        import psycopg2
+
+        admin = psycopg2.connect(host=LOOPBACK, port=self.port, user="wiremq", dbname="postgres")
+        try:
             admin.autocommit = True
-            admin.cursor().execute("CREATE DATABASE wiremq_test")
-            admin.close()
-            yield f"postgresql://wiremq@{LOOPBACK}:{port}/wiremq_test"
+            admin.cursor().execute(f'CREATE DATABASE "{name}"')
         finally:
-            subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], **run)  # type: ignore[call-overload]
+            admin.close()
+        return self.uri(name)
+
+    def remove(self) -> None:
+        """Stop it as a crash would (if it runs) and delete its folder."""
+        subprocess.run(
+            [*self._pg_ctl, "-m", "immediate", "-w", "stop"],
+            user=self.user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def postgres_cluster(durable: bool = False) -> Iterator[str]:
+    """A fresh PostgreSQL cluster with one database; yields its postgresql:// URI."""
+    server = PostgresServer(durable)
+    try:
+        server.start()
+        yield server.create_database("wiremq_test")
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        server.remove()

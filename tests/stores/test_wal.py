@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from ZODB.serialize import ObjectWriter
 
 from tests.defaults import WAL_OPTIONS, location
+from tests.tmpfs import MIB, fill_up, small_tmpfs
 from wiremq.stores import wal as wal_module
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.bodies import OUT_OF_BAND_FROM
@@ -530,3 +531,19 @@ def test_a_log_that_cannot_start_a_segment_is_refused_at_open(
     store = open_store(tmp_path)  # everything was let go: the folder is not locked
     send(store, message("m"))
     store.close()
+
+
+def test_a_segment_that_cannot_be_prepared_for_lack_of_space_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    with small_tmpfs(tmp_path / "disk", 4 * MIB) as disk:
+        log = wal_module.WriteAheadLog(disk / "wal", segment_bytes=MIB)
+        log.start(1)
+        fill_up(disk / "filler")
+        with pytest.raises(OSError):
+            log.prepare()
+        assert [p.name for p in (disk / "wal").iterdir() if p.suffix == ".tmp"] == []
+        (disk / "filler").unlink()
+        log.prepare()  # tried again: there is room now
+        assert (disk / "wal" / "prepared.tmp").stat().st_size == MIB
+        log.close()

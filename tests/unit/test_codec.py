@@ -3,7 +3,7 @@
 import pytest
 
 from tests.defaults import LIMITS
-from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape, unescape
+from wiremq.modules.stomp.codec import UNTIL_NUL, DecoderLimits, FrameDecoder, escape, unescape
 from wiremq.modules.stomp.encoder import encode_frame
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
@@ -220,6 +220,44 @@ def test_body_over_limit_without_length_is_refused_whatever_the_chunking(split):
     pieces = [data] if split is None else [data[:split], data[split:]]
     with pytest.raises(ProtocolError, match="frame too large"):
         decode_pieces(pieces, limits=SMALL)
+
+
+@pytest.mark.parametrize(
+    ("pieces", "rest_after_error", "more", "rest_after_more"),
+    [
+        ([b"SEND\ncontent-length:20\n\nxxxx"], 17, [b"x" * 10, b"x" * 10], 0),
+        ([b"SEND\ncontent-length:20\n\n"], 21, [b"x" * 21], 0),
+        ([b"SEND\ncontent-length:20\n\n" + b"x" * 20 + b"\0"], 0, [], 0),
+        ([b"SEND\n\n" + b"x" * 11], UNTIL_NUL, [b"x" * 5], UNTIL_NUL),
+        ([b"SEND\n\n", b"x" * 11], UNTIL_NUL, [b"xx\0SEND"], 0),
+        ([b"SEND\n\n" + b"x" * 11 + b"\0"], 0, [], 0),
+        ([b"SEND\n" + b"h:x\n" * 60], None, [b"x"], None),
+    ],
+    ids=[
+        "length-some-body",
+        "length-no-body",
+        "length-whole",
+        "no-length",
+        "no-length-chunks",
+        "no-length-whole",
+        "head-too-large",
+    ],
+)
+def test_the_rest_of_a_frame_refused_for_its_size_is_counted_down(
+    pieces, rest_after_error, more, rest_after_more
+):
+    """What is still to come of a frame refused for its size, so that the connection can
+    read it to its end (``discard``) before it closes; unknown for a head over the limits."""
+    decoder = FrameDecoder(SMALL)
+    decoder.version = "1.2"
+    with pytest.raises(ProtocolError, match="frame too large"):
+        for piece in pieces:
+            decoder.feed(piece)
+    assert decoder.refused_rest == rest_after_error
+    for piece in more:
+        decoder.discard(piece)
+    assert decoder.refused_rest == rest_after_more
+    assert decoder.discarded == sum(map(len, more))
 
 
 def test_header_line_limit_counts_bytes_not_characters():

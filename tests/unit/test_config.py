@@ -4,7 +4,7 @@ import pytest
 
 from tests.relations import CASES, config_file
 from wiremq.config.parameters import REGISTRY
-from wiremq.config.registry import Order, Parameter, Registry, RelationError
+from wiremq.config.registry import Condition, Order, Parameter, Registry, RelationError
 from wiremq.config.settings import Settings
 from wiremq.config.xmlconfig import ConfigError, ModuleSpec, load_config, render_config
 
@@ -255,6 +255,43 @@ def test_a_broken_rule_between_two_parameters_names_file_line_and_parameter(tmp_
     assert message.startswith(f"{path}:{case.line}: {case.parameter}: "), message
     for fragment in case.fragments:
         assert fragment in message
+
+
+def test_a_condition_over_several_parameters_blames_the_one_given_last():
+    registry = Registry(
+        [COUNT, RATIO, FLAG],
+        [
+            Condition(
+                ("G.flag", "G.count", "G.ratio"),
+                lambda flag, count, ratio: not flag or count * ratio < 10,
+                lambda flag, count, ratio: f"count x ratio is {count * ratio:g}",
+            )
+        ],
+    )
+    Settings(registry, {"G.count": 100, "G.ratio": 1.0})  # holds while the flag is off
+    with pytest.raises(RelationError) as caught:
+        Settings(registry, {"G.flag": True, "G.count": 30})
+    assert caught.value.parameter.key == "G.count"
+    assert str(caught.value) == "count x ratio is 15"
+    with pytest.raises(RelationError) as caught:
+        Settings(registry, {"G.count": 30, "G.flag": True})
+    assert caught.value.parameter.key == "G.flag"
+
+
+def test_the_ha_rule_never_repeats_a_storage_password(tmp_path):
+    path = config_file(
+        tmp_path,
+        (
+            '<PersQueueFileStore storageuri="postgresql://wiremq:s3cret@db:5432/mq"/>',
+            '<TopicFileStore storageuri="file:///var/lib/wiremq/topics.fs"/>',
+            '<HA enabled="true"/>',
+        ),
+    )
+    message = str(config_error(path))
+    assert message.startswith(f"{path}:5: HA.enabled: "), message
+    assert "TopicFileStore.storageuri (a file:// URI)" in message
+    assert "PersQueueFileStore.storageuri (" not in message  # that one is fine
+    assert "s3cret" not in message
 
 
 @pytest.mark.parametrize(

@@ -401,23 +401,34 @@ def test_a_full_thread_buffer_stops_its_producers_until_it_has_handed_its_batch_
 # -- egress priority ------------------------------------------------------------------------
 
 
-def test_egress_drains_control_frames_then_classes_of_service_then_persistent(make_net):
+@pytest.mark.parametrize(
+    ("destination", "written"),
+    [
+        ("/topic/prio", ["r", "d3", "d2", "d1", "g1"]),
+        # a queue's order holds over both delivery modes: what the queue handed over after
+        # a persistent message still waiting goes in G-1 behind it
+        ("/queue/prio", ["r", "d1", "g1", "d3", "d2"]),
+    ],
+)
+def test_egress_drains_control_frames_then_classes_of_service_then_persistent(
+    make_net, destination, written
+):
     net = make_net(persistent=True)
     consumer = Peer(net, "consumer")
-    consumer.subscribe("/queue/prio")
+    consumer.subscribe(destination)
     consumer.writer.window_open = False
     producer = Peer(net, "producer")
-    producer.send("/queue/prio", "d1")
-    producer.send("/queue/prio", "g1", PERSISTENT)
-    producer.send("/queue/prio", "d3", {"class-of-service": "3"})
-    producer.send("/queue/prio", "d2", {"class-of-service": "2"})
+    producer.send(destination, "d1")
+    producer.send(destination, "g1", PERSISTENT)
+    producer.send(destination, "d3", {"class-of-service": "3"})
+    producer.send(destination, "d2", {"class-of-service": "2"})
     consumer.subscribe("/queue/other", sub_id="2", receipt="r")
     consumer.open_window()
     order = [
         f.headers["receipt-id"] if f.command == "RECEIPT" else f.body.decode()
         for f in consumer.writer.frames
     ]
-    assert order == ["r", "d3", "d2", "d1", "g1"]
+    assert order == written
 
 
 @pytest.mark.parametrize("value", ["0", "4", "high", ""])

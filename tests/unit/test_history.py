@@ -11,10 +11,12 @@ def _state(received: int, delivered: int, depth: int, rss: int = 1000) -> dict:
         "bytes": depth * 10,
         "received": received,
         "delivered": delivered,
+        "acknowledged": delivered,
     }
     return {
         "queues": [queue],
         "topics": [],
+        "clients": [],
         "totals": {"received": received, "delivered": delivered, "connections": 2},
         "memory": {"rss_bytes": rss},
         "transactions": {"bytes": 0},
@@ -64,3 +66,42 @@ def test_events_are_numbered_and_read_after_a_number():
     assert [n for n, _ in stream.since(3, 10)] == [4, 5]
     assert [n for n, _ in stream.since(2, 1)] == [3]
     assert stream.since(5, 10) == []
+
+
+def test_the_first_samples_come_sooner_so_charts_show_rates_within_seconds():
+    history = History(span=3600, interval=10, destinations=5)
+    waits = []
+    now = 0.0
+    for _ in range(6):
+        wait = history.next_interval(10.0)
+        waits.append(wait)
+        now += wait
+        history.sample(now, _state(int(now * 100), 0, 0))
+    assert waits == [0.0, 1.25, 2.5, 5.0, 10.0, 10.0]
+    assert history.json()["series"]["received"]["values"][1] == 100.0, "a rate at 1.25 s"
+
+
+def test_every_destination_and_connection_has_its_latest_rates():
+    history = History(span=60, interval=10, destinations=0)  # none charted: rates still kept
+    client = {"session": "s1", "published": 10, "messages_sent": 0, "subscriptions": []}
+    history.sample(100.0, {**_state(0, 0, 0), "clients": [client]})
+    assert history.rates.of_destination("/queue/a")["publish_rate"] is None  # seen once
+    acked = [{"acknowledged": 30}]
+    later = {**client, "published": 60, "messages_sent": 40, "subscriptions": acked}
+    history.sample(110.0, {**_state(500, 200, 300), "clients": [later]})
+    assert history.rates.of_destination("/queue/a") == {
+        "publish_rate": 50.0,
+        "deliver_rate": 20.0,
+        "ack_rate": 20.0,
+    }
+    assert history.rates.of_connection("s1") == {
+        "publish_rate": 5.0,
+        "deliver_rate": 4.0,
+        "ack_rate": 3.0,
+    }
+    ended = {**later, "subscriptions": []}  # its subscription's count went with it
+    history.sample(120.0, {**_state(500, 200, 300), "clients": [ended]})
+    assert history.rates.of_connection("s1")["ack_rate"] is None
+    assert history.rates.of_destination("/queue/a")["publish_rate"] == 0.0
+    history.sample(130.0, {**_state(500, 200, 300), "clients": []})
+    assert history.rates.of_connection("s1")["publish_rate"] is None  # gone

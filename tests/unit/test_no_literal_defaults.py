@@ -113,6 +113,8 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.StoreSettings: [("PersQueueFileStore", ""), ("TopicFileStore", "")],
     groups.QueueStoreSettings: [("PersQueueFileStore", "")],
     groups.WalSettings: [("WriteAheadLog", "")],
+    groups.HaSettings: [("HA", "")],
+    groups.DiskSpaceSettings: [("DiskSpace", "")],
     groups.ReplaySettings: [("TopicFileStore", "")],
     groups.LiveBufferSettings: [("DestinationManager", "")],
     groups.IdleDestinationSettings: [("DestinationManager", "")],

@@ -135,6 +135,8 @@ def test_json_values_are_taken_as_the_parameters_type(key, raw, value):
         ("Server.loglevel", 3),
         ("ClientEgress.maxdepth", None),
         ("ClientEgress.maxdepth", [1]),
+        ("Server.datadir", "\x1b"),  # text config.xml cannot hold (was a 500)
+        ("Destination.deadmessagequeue", "/queue/\x00"),
     ],
 )
 def test_json_values_of_another_type_are_refused(key, raw):
