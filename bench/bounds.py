@@ -1,6 +1,6 @@
 """How the costs a client controls scale: subscriptions on one connection, unfinished frames.
 
-Not a test: the figures behind the "Bounds" section of docs/architecture.md.
+Not a test: the figures of the "Bounds" section of bench/README.md.
 
 - ``subscriptions``: N SUBSCRIBEs then N UNSUBSCRIBEs on one connection (half on one
   queue, half on a topic each), timed to the receipt after each batch, for several N;

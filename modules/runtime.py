@@ -36,7 +36,7 @@ class LogWriter(Protocol):
     """Writes bytes into an open file and syncs them (``pwritev`` + ``fdatasync``) off the
     event loop, on a thread that never takes the interpreter lock: the store's commits,
     one sync each, are its only work, and a hand-over through a Python thread costs more
-    than the sync (see docs/architecture.md, "Speed").
+    than the sync (see bench/README.md, "Speed").
 
     ``done`` or ``failed`` (with the ``OSError``) is then called on the event-loop
     thread, in the order the writes were handed over.

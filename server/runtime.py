@@ -120,7 +120,7 @@ class SyncThreadLogWriter:
     The write and the sync run on a C thread that never takes the interpreter
     lock and reports through a pipe the reactor watches: a commit costs the
     event loop no hand-over of the lock and no turn through Twisted's thread
-    queue (measured: see docs/architecture.md, "Speed"). Writes wait here and go
+    queue (measured: see bench/README.md, "Speed"). Writes wait here and go
     to the thread one at a time, in order. Around each one an idle event loop
     polls for a while instead of sleeping (``syncpoll``).
     """
