@@ -52,6 +52,8 @@ WIZARD_LABELS = (
     "Most threads the server process may have",
 )
 _KINDS = {int: "integer", float: "number", bool: "boolean", str: "string"}
+# The body of a route that puts a message somewhere: where.
+TO_BODY = {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}
 VALUE_BODY = {
     "type": "object",
     "required": ["value"],
@@ -703,11 +705,7 @@ class Api:
                 self.copy_message,
                 "copy one waiting message to another destination (it stays where it is)",
                 "messages",
-                body={
-                    "type": "object",
-                    "required": ["to"],
-                    "properties": {"to": {"type": "string"}},
-                },
+                body=TO_BODY,
                 errors=(400, 404, 409),
                 permission=READ,  # the original stays: read it, write where the copy goes
                 body_permission=("to", WRITE),
@@ -728,11 +726,7 @@ class Api:
                 self.move_message,
                 "move one waiting message to another destination",
                 "messages",
-                body={
-                    "type": "object",
-                    "required": ["to"],
-                    "properties": {"to": {"type": "string"}},
-                },
+                body=TO_BODY,
                 errors=(400, 404, 409),
                 body_permission=("to", WRITE),
             ),

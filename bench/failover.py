@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' HA ha
 from peers import ACTIVEMQ, listening, persistent  # noqa: E402
 from server_proc import ManagedServer  # noqa: E402
 
-from tests.ha.failover import Consumer, Ledger, Producer, drained  # noqa: E402
+from tests.ha.failover import Ledger, drained, load  # noqa: E402
 from tests.ha.pair import Node, Pair, wait  # noqa: E402
 from tests.stores.store_servers import PostgresServer  # noqa: E402
 
@@ -65,12 +65,8 @@ def takeovers(failovers: int, between: int) -> int:
 def _takeovers(pair: Pair, failovers: int, between: int) -> int:
     pair.start()
     ledger = Ledger()
-    producers = [Producer(pair.hosts, ledger, f"p{i}") for i in range(2)]
-    producers.append(Producer(pair.hosts, ledger, "t", transactions=True))
-    consumers = [Consumer(pair.hosts, ledger, f"c{i}") for i in range(2)]
+    producers, consumers = load(pair.hosts, ledger)
     clients = [*producers, *consumers]
-    for client in clients:
-        client.start()
     port_times: list[float] = []
     receipt_times: list[float] = []
     active = pair.wait_active()

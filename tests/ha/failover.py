@@ -297,6 +297,17 @@ class Consumer(FailoverClient):
                 self.changed.wait_for(lambda: self.lost or self.stopping.is_set())
 
 
+def load(hosts: list[tuple[str, int]], ledger: Ledger) -> tuple[list[Producer], list[Consumer]]:
+    """The HA tests' load, started: two producers waiting on every receipt, one
+    committing a transaction per message, two client-individual consumers."""
+    producers = [Producer(hosts, ledger, f"p{i}") for i in range(2)]
+    producers.append(Producer(hosts, ledger, "t", transactions=True))
+    consumers = [Consumer(hosts, ledger, f"c{i}") for i in range(2)]
+    for client in (*producers, *consumers):
+        client.start()
+    return producers, consumers
+
+
 def drained(ledger: Ledger, timeout: float) -> bool:
     """Wait until every confirmed message was delivered and stayed so for a moment: the
     consumers have caught up with what was receipted."""

@@ -12,7 +12,7 @@ import psycopg2
 import pytest
 import stomp
 
-from tests.ha.failover import QUEUE, Consumer, Ledger, Producer, drained
+from tests.ha.failover import QUEUE, Consumer, Ledger, Producer, drained, load
 from tests.ha.pair import WIREMQ, Node, Pair, ha_config, wait
 from tests.integration.clients import connect, fill, free_port
 from tests.integration.xaclient import XAResource
@@ -51,12 +51,8 @@ def test_kill_9_of_the_active_under_load_loses_nothing_receipted_nor_redelivers_
     pair: Pair, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ledger = Ledger()
-    producers = [Producer(pair.hosts, ledger, f"p{i}") for i in range(2)]
-    producers.append(Producer(pair.hosts, ledger, "t", transactions=True))
-    consumers = [Consumer(pair.hosts, ledger, f"c{i}") for i in range(2)]
+    producers, consumers = load(pair.hosts, ledger)
     clients = [*producers, *consumers]
-    for client in clients:
-        client.start()
     takeovers: list[float] = []
     active = pair.wait_active()
     try:
