@@ -526,7 +526,7 @@ class ClientConnection:
                     message_id,
                     subscription,
                     nack,
-                    headers.get("requeue", "true").lower() != "false",
+                    not nack or headers.get("requeue", "true").lower() != "false",
                     headers.get("transaction"),
                     headers.get("receipt"),
                 ),
