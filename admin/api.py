@@ -546,7 +546,9 @@ class Api:
                 "/api/state",
                 VIEWER,
                 self.whole_state,
-                "the whole query API (flow_state) as it is",
+                "the whole query API (flow_state) as it is, with the states of the "
+                "Admin.metricsdestinations destinations holding the most messages (every one: "
+                "/api/destinations)",
                 "server",
             ),
             Route(
