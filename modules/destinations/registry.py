@@ -21,6 +21,7 @@ from wiremq.modules.destinations.wildcard import Wildcard, matches
 from wiremq.modules.domains import P2P, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.journal.recorder import CleanupRun
 from wiremq.modules.journal.schema import VOLQUEUE
 
 log = structlog.get_logger("wiremq.destinations")
@@ -50,6 +51,7 @@ class Destinations:
         self.wildcards: list[Wildcard] = []  # wildcard subscriptions
         self._sorted: list[str] | None = []  # every name in order (None: to sort again)
         self._volatile_pass: Rotation[Queue] = Rotation(self.queues)
+        self._volatile_run: CleanupRun | None = None  # the journal's, for the pass under way
         self._live_buffer_pass: Rotation[Queue] = Rotation(self.queues)
         self._topic_buffer_pass: Rotation[Topic] = Rotation(self.topics)
         self._idle_pass: Rotation[Destination] = Rotation(self.queues, self.topics)
@@ -181,13 +183,21 @@ class Destinations:
         return SweepSettings.read(self.services.settings, "DestinationManager").sweepslice
 
     def sweep_volatile(self) -> bool:
-        """The VolQueueStore's cleanup process."""
+        """The VolQueueStore's cleanup process: one journaled cleanup run per pass."""
         now_ms = self.services.runtime.now_ms()
-        settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
-        with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
+        journal = self.services.journal
+        run = self._volatile_run
+        if run is None:
+            interval = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
+            run = self._volatile_run = journal.sweep_started(VOLQUEUE, interval.cleanupinterval)
+        with journal.sweeping(run):
             for queue in self._volatile_pass.next_slice(self._slice()):
                 run.scanned += queue.sweeps.sweep_volatile(now_ms)
-        return not self._volatile_pass.done
+        if not self._volatile_pass.done:
+            return True
+        journal.cleanup_ended(run)
+        self._volatile_run = None
+        return False
 
     def sweep_live_buffers(self) -> bool:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""

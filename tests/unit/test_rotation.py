@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tests.fakes import FakeRuntime
 from tests.unit.net import Peer
+from tests.unit.test_journal_hooks import written
 from wiremq.modules.destinations.rotation import Rotation
 from wiremq.modules.persistence.cleanup import Periodic
 
@@ -53,7 +54,7 @@ def test_a_periodic_task_with_more_to_do_goes_on_at_the_next_turn_then_waits():
 
 
 def test_the_volatile_sweep_visits_a_slice_per_turn_and_reaches_every_queue(make_net):
-    net = make_net({"DestinationManager.sweepslice": SLICE})
+    net = make_net({"DestinationManager.sweepslice": SLICE}, journal=True)
     producer = Peer(net, "producer")
     names = [f"/queue/slice-{i}" for i in range(QUEUES)]
     soon = str(int(net.runtime.now * 1000) + 500)
@@ -75,6 +76,9 @@ def test_the_volatile_sweep_visits_a_slice_per_turn_and_reaches_every_queue(make
     assert per_turn == [4, 4, 4, 4, 4, 3], "at most a slice per turn, every queue once"
     assert registry.totals()["expired"] == QUEUES
     assert [len(registry.queues[name].waiting()) for name in names] == [1] * QUEUES
+    runs = [r for r in written(net) if r["event"].startswith("cleanup_")]
+    assert [r["event"] for r in runs] == ["cleanup_started", "cleanup_ended"], "one run a pass"
+    assert (runs[1]["scanned"], runs[1]["removed"]) == (2 * QUEUES, QUEUES)
 
 
 def test_the_survey_finds_the_busiest_and_rates_a_slice_at_a_time(make_net):
