@@ -131,8 +131,11 @@ def _segment(tmp_path: Path) -> int:
 
 
 def test_the_log_writer_has_the_loop_poll_from_each_hand_over_and_sync_end(
-    reactor: Any, tmp_path: Path
+    reactor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The windows alone: a poll the scheduler cuts short (likely on a loaded machine, in a
+    # window of 0.25 s) holds polling off, which the preemption tests below check.
+    monkeypatch.setattr("wiremq.server.syncpoll.involuntary_switches", lambda: 0)
     fd = _segment(tmp_path)
     runtime = TwistedRuntime(reactor, Outbox(), sync_poll=0.25)
     seen: dict[str, Any] = {}
@@ -140,6 +143,7 @@ def test_the_log_writer_has_the_loop_poll_from_each_hand_over_and_sync_end(
     def write_one() -> defer.Deferred[None]:
         writer = runtime.log_writer()
         poller = seen["poller"] = reactor._poller  # noqa: SLF001
+        poller.held_until = 0.0  # the shared reactor's earlier polls hold nothing off here
         before = time.perf_counter()
         writer.write(fd, 0, (b"one",), lambda: seen.setdefault("ended", time.perf_counter()), print)
         seen["handed"] = (before, poller.until, time.perf_counter())
@@ -162,8 +166,8 @@ def test_the_log_writer_has_the_loop_poll_from_each_hand_over_and_sync_end(
         os.close(fd)
     before, until, handed = seen["handed"]
     assert before + 0.25 <= until <= handed + 0.25  # from the hand-over
-    ended = seen["ended"]  # the callback runs just after the end was noted
-    assert ended + 0.2 < seen["after the end"] <= ended + 0.25
+    ended = seen["ended"]  # the callback runs after the end was noted
+    assert until < seen["after the end"] <= ended + 0.25  # later: from the sync's end
     assert seen["switched off"] == seen["before"]
 
 
