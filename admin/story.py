@@ -1,7 +1,8 @@
 """The JSON API's message life story: a message's journal records, in order, by its id.
 
-The lookup (``modules/journal/index.py``) reads files, so it runs on a thread; the
-records shown are those of destinations the caller may read.
+The lookup (``modules/journal/index.py``) reads files, so it runs on a thread, once the
+journal's writer has written every record made before the request; the records shown
+are those of destinations the caller may read.
 """
 
 from __future__ import annotations
@@ -48,7 +49,14 @@ class StoryApi:
                 "seconds": round(found.seconds, 4),
             }
 
-        return threads.deferToThread(self.index.story, message_id).addCallback(answer)
+        written: defer.Deferred[None] = defer.Deferred()
+        core = self.server.core
+        if core is None:
+            written.callback(None)
+        else:  # the story holds every record made before it was asked for
+            core.journal.written(lambda: written.callback(None))
+        written.addCallback(lambda _: threads.deferToThread(self.index.story, message_id))
+        return written.addCallback(answer)
 
     def routes(self) -> list[Route]:
         return [

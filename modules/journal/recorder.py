@@ -26,7 +26,7 @@ or losing records.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +129,11 @@ class Journal:
 
     def flush(self) -> None:
         """Hand the records so far to the writer."""
+
+    def written(self, done: Callable[[], None]) -> None:
+        """Call ``done`` once every record so far is in the journal's files (a reader of
+        the files, the console's life story, then sees them all)."""
+        done()
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -310,6 +315,11 @@ class RecordingJournal(Journal):
             lambda written: self._written(count, written),
             lambda error: self._failed(count, error),
         )
+
+    def written(self, done: Callable[[], None]) -> None:
+        self.flush()
+        # the writer takes its jobs in order: this one ends after every write handed over
+        self.worker.submit(lambda: None, lambda _: done(), lambda _: done())
 
     def _written(self, count: int, nbytes: int) -> None:
         self.backlog.remove(count, 0)

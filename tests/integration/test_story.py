@@ -183,3 +183,12 @@ def test_a_story_shows_only_what_its_reader_may_read(reactor, start_server, tmp_
         "GET", f"/api/messages/{encoded(message_id)}/story"
     )
     assert answer.status == 403
+
+
+def test_a_story_asked_for_at_once_holds_every_record_made_before_it(start_server, console_of):
+    # records reach the writer every 10 s here: the story must not wait for that
+    server = start_server(**{"Journal.flushinterval": "10"})
+    api = console_of(server)
+    fill(server.port, "/queue/fresh", ["just sent"], persistent="true")
+    (message_id,) = _ids(api, "/queue/fresh").values()
+    assert _events(api, message_id) == ["received", "stored"]
