@@ -244,23 +244,35 @@ class StoreState:
     ) -> Committed:
         """Apply one transaction to the state; appends its operations to ``ops``, the way
         back to ``undo`` (run it backwards) and what it changed to ``touched``."""
-        subscriptions = tuple(
-            [
-                self._subscribe(key, topic, selector, ops, undo, touched)
-                for key, topic, selector in txn.subscribes
-            ]
-        )
+        # Each kind is looked at only if the transaction has some (most have one kind):
+        # a comprehension costs a call even over nothing.
+        subscriptions: tuple[tuple[SubscriptionInfo, bool], ...] = ()
+        if txn.subscribes:
+            subscriptions = tuple(
+                [
+                    self._subscribe(key, topic, selector, ops, undo, touched)
+                    for key, topic, selector in txn.subscribes
+                ]
+            )
         for key in txn.unsubscribes:
             if key in self._subs:
                 self._unsubscribe(key, ops, undo, touched)
-        positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
-        removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
-        moved = tuple(
-            [
-                self._append(m, ops, undo, touched) if self._remove(p, ops, undo, touched) else None
-                for p, m in txn.moves
-            ]
-        )
+        positions: tuple[int | None, ...] = ()
+        if txn.appends:
+            positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
+        removed: tuple[Position, ...] = ()
+        if txn.removals:
+            removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
+        moved: tuple[int | None, ...] = ()
+        if txn.moves:
+            moved = tuple(
+                [
+                    self._append(m, ops, undo, touched)
+                    if self._remove(p, ops, undo, touched)
+                    else None
+                    for p, m in txn.moves
+                ]
+            )
         if txn.acknowledgements:
             acknowledged = {
                 topic
