@@ -230,6 +230,7 @@ class Message:
             priority=self.priority,
             expires=self.expires,
             timestamp=self.timestamp or now_ms,
+            size=self.stored_size,
         )
 
     @property
