@@ -24,15 +24,15 @@ and writing count in the path's CPU as they count in the server's.
 
 With ``--persistent`` the path is the persistent one of a lone producer that
 waits for the receipt of each SEND (no consumer: the queue fills): the real
-store (the write-ahead log and its databases in the temporary data folder),
-the group commit, and the server's C sync thread writing and syncing each
-record while this thread waits for its report on a pipe, as the event loop
-does. One message a read, so ``--reads`` counts messages. The CPU is this
-thread's user time alone (the sync's system calls and the wait are not the
-path's Python). For an instruction count free of timing noise, run it twice
-under callgrind with different ``--reads`` and ``--runs 1`` and divide the
-difference of the two totals by the difference of the messages (start-up and
-the profile cancel out)::
+store (the write-ahead log and its databases in the temporary data folder), the
+group commit, and the server's log writer, whose C sync thread writes and syncs
+each record while this thread waits for its report on a pipe, as the event loop
+does (never polling: ``WriteAheadLog.syncpoll`` 0). One message a read, so
+``--reads`` counts messages. The CPU is this thread's user time alone (the
+sync's system calls and the wait are not the path's Python). For an instruction
+count free of timing noise, run it twice under callgrind with different
+``--reads`` and ``--runs 1`` and divide the difference of the two totals by the
+difference of the messages (start-up and the profile cancel out)::
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         .venv/bin/python bench/path_profile.py --persistent --runs 1 --reads 1000
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import cProfile
-import os
 import pstats
 import resource
 import select
@@ -63,9 +62,9 @@ from wiremq.modules.client.egress import Egress, Outbox
 from wiremq.modules.core import Core
 from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.security.users import UsersFile
-from wiremq.server._syncthread import SyncThread
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
+from wiremq.server.runtime import SyncThreadLogWriter
 from wiremq.server.stores import open_store
 
 READ = 300  # frames per socket read (a 64 KiB read of 128-byte messages holds about 300)
@@ -106,57 +105,31 @@ STEPS = [
 ]
 
 
-class SyncLog:
-    """The log writer of the server (``runtime.SyncThreadLogWriter``) reduced to what a
-    lone producer needs: the C sync thread writes and syncs each record, and ``wait``
-    blocks on its pipe until it reports, then runs the callback."""
-
-    def __init__(self) -> None:
-        self._notified, self._notify = os.pipe()
-        self._thread = SyncThread(self._notify)
-        self._done: Callable[[], None] | None = None
-
-    def prepare(self) -> None:
-        pass
-
-    def write(
-        self,
-        fd: int,
-        offset: int,
-        parts: tuple[bytes, ...],
-        done: Callable[[], None],
-        failed: Callable[[OSError], None],
-    ) -> None:
-        assert self._done is None, "one write at a time"
-        self._thread.write(fd, offset, parts, 0.0)
-        self._done = done
-
-    def wait(self) -> bool:
-        """Wait for the write in hand and report it; whether there was one."""
-        if self._done is None:
-            return False
-        while (error := self._thread.result()) is None:
-            select.select([self._notified], [], [])
-            os.read(self._notified, 4096)
-        if error:
-            raise OSError(error, os.strerror(error))
-        done, self._done = self._done, None
-        done()
-        return True
-
-    def close(self) -> None:
-        self._thread.close()
-        os.close(self._notified)
-        os.close(self._notify)
-
-
 class Runtime:
-    """Timers never fire; call_soon runs after each read, as the server's does."""
+    """Timers never fire; call_soon runs after each read, as the server's does.
+
+    With an outbox (a store is open), the server's log writer
+    (``runtime.SyncThreadLogWriter``: its C sync thread writes and syncs each record)
+    on no reactor: ``synced`` waits on its pipe and reports its writes, as the event
+    loop does; the event loop never polls (``sync_poll`` 0)."""
+
+    sync_poll = 0.0
+    sync_poll_holdoff = 0.0
 
     def __init__(self, outbox: Outbox | None = None) -> None:
         self.soon: deque[Callable[[], None]] = deque()
-        self.outbox = outbox
-        self.log = SyncLog() if outbox is not None else None
+        self.reactor = self
+        if outbox is not None:
+            self.outbox = outbox
+            self.log: SyncThreadLogWriter | None = SyncThreadLogWriter(self)  # type: ignore[arg-type]
+        else:
+            self.log = None
+
+    def addReader(self, reader: object) -> None:  # noqa: N802 - the reactor's name
+        pass
+
+    def removeReader(self, reader: object) -> None:  # noqa: N802
+        pass
 
     def call_soon(self, function: Callable[[], None]) -> None:
         self.soon.append(function)
@@ -168,9 +141,21 @@ class Runtime:
         assert self.outbox is not None
         self.outbox.wake(function)
 
-    def log_writer(self) -> SyncLog:
+    def log_writer(self) -> SyncThreadLogWriter:
         assert self.log is not None, "no store in this bench"
         return self.log
+
+    def synced(self) -> None:
+        """Wait for the log's writes in hand (and those their reports start), reporting
+        each as the event loop does (its receipts then go out)."""
+        log = self.log
+        assert log is not None
+        drained: list[None] = []
+        log.drained().addCallback(drained.append)
+        while not drained:
+            select.select([log], [], [])
+            log.doRead()
+            self.run()
 
     def cancel(self) -> None:
         pass
@@ -283,11 +268,9 @@ class Simulation:
 
     def synced(self) -> None:
         """Wait for the log's writes in hand, reporting each (its receipts then go out)."""
-        log = self.runtime.log
-        while log is not None and log.wait():
-            self.runtime.run()
-            self.outbox.flush()
-            self.core.journal.flush()
+        self.runtime.synced()
+        self.outbox.flush()
+        self.core.journal.flush()
 
 
 def build(
