@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -307,7 +306,7 @@ class WalStore:
         if write is not None and payload is not None and len(payload) > 1:  # large bodies
             held = (write.lsn, (len(transactions), tuple(ops)))
         return PendingCommit(
-            results, write, partial(_undo, undo), partial(self._publish, touched, held)
+            results, write, lambda: _undo(undo), lambda: self._publish(touched, held)
         )
 
     def _publish(self, touched: Touched, held: _Record | None) -> None:

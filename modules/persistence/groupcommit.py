@@ -20,7 +20,6 @@ is committed on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Generic, TypeVar
 
 from wiremq.modules.runtime import Runtime, Timer
@@ -116,10 +115,13 @@ class GroupCommit(Generic[I, R]):
             batch = self._closed.pop(0)
         self._running = True
         self._started = self.runtime.monotonic()
-        # Partials, not lambdas: no frame of their own, and this runs for every commit.
-        self._commit(batch, partial(self._finish, batch), partial(self._finish, batch, None))
+        self._commit(
+            batch,
+            lambda result: self._finish(batch, result, None),
+            lambda error: self._finish(batch, None, error),
+        )
 
-    def _finish(self, batch: list[I], result: R | None, error: Exception | None = None) -> None:
+    def _finish(self, batch: list[I], result: R | None, error: Exception | None) -> None:
         self._running = False
         self._expected = min(len(batch), self.max_items)
         self._last_duration = self.runtime.monotonic() - self._started

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from functools import partial
 
 import structlog
 
@@ -107,7 +106,7 @@ class StoreWriter:
                 write.fd,
                 write.offset,
                 write.parts,
-                partial(self._finish, work, pending),  # no frame of its own: per commit
+                lambda: self._finish(work, pending),
                 lambda error: self.worker.submit(
                     lambda: store.take_back(pending, error),
                     lambda reported: self._abandon(work, pending, reported),
