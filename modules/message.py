@@ -230,7 +230,6 @@ class Message:
             priority=self.priority,
             expires=self.expires,
             timestamp=self.timestamp or now_ms,
-            size=self.stored_size,
         )
 
     @property

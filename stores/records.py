@@ -22,14 +22,12 @@ class StoredMessage:
     priority: int = JMS_DEFAULT_PRIORITY  # 0..9
     expires: int = 0  # ms since epoch; 0 = never
     timestamp: int = 0  # ms since epoch when the server received it
-    # Bytes counted against watermarks: body plus header text (derived, not stored);
-    # computed here unless given (the server's message knows it already).
-    size: int = field(default=-1, repr=False, compare=False)
+    # Bytes counted against watermarks: body plus header text (derived, not stored).
+    size: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.size < 0:
-            size = len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.headers)
-            object.__setattr__(self, "size", size)
+        size = len(self.body) + sum(len(k) + len(v) + 2 for k, v in self.headers)
+        object.__setattr__(self, "size", size)
 
     def fields(self) -> tuple[object, ...]:
         """The stored fields in declaration order: ``StoredMessage(*m.fields())`` rebuilds ``m``."""
