@@ -135,7 +135,7 @@ class Api:
         self.stories = StoryApi(
             server, Path(ServerSettings.read(server.settings, "Server").datadir)
         )
-        self.destinations = DestinationsApi(self.core, tuning, history.rates)
+        self.destinations = DestinationsApi(self.core, tuning)
         self.console_host = ""  # where the console listens (set once it does)
         self.console_port = 0
         self.localhost_only = False  # no users file: the console listens on 127.0.0.1 only
@@ -157,10 +157,11 @@ class Api:
             raise self._not_serving()
         return core
 
-    def state(self, destinations: bool = True) -> dict[str, Any]:
-        """The query API's state (``destinations`` False: without each destination's)."""
+    def state(self, destinations: bool = True, busiest: int | None = None) -> dict[str, Any]:
+        """The query API's state (``destinations`` False: without each destination's;
+        ``busiest``: with those of the destinations holding the most messages alone)."""
         self.core()
-        return self.server.flow_state(destinations)
+        return self.server.flow_state(destinations, busiest)
 
     def _not_serving(self) -> HttpError:
         """Why a node without its core cannot answer: starting, or an HA standby."""
@@ -201,7 +202,7 @@ class Api:
         }
 
     def whole_state(self, call: Call) -> dict[str, Any]:
-        return self.state()
+        return self.state(busiest=self.admin.metricsdestinations)
 
     # -- high availability (docs/ha.md) -------------------------------------------------------
 
@@ -231,11 +232,12 @@ class Api:
         return state
 
     def metrics_state(self) -> dict[str, Any]:
-        """What ``/metrics`` reads: the whole state, or on a standby its HA part alone."""
+        """What ``/metrics`` reads: the state with the busiest destinations', or on a standby
+        its HA part alone."""
         ha = self.server.ha
         if self.server.core is None and ha is not None:
             return {"ha": ha.state()}
-        return self.state()
+        return self.state(busiest=self.admin.metricsdestinations)
 
     def history_of(self, call: Call) -> dict[str, Any]:
         destination = call.query.get("destination")
@@ -544,7 +546,9 @@ class Api:
                 "/api/state",
                 VIEWER,
                 self.whole_state,
-                "the whole query API (flow_state) as it is",
+                "the whole query API (flow_state) as it is, with the states of the "
+                "Admin.metricsdestinations destinations holding the most messages (every one: "
+                "/api/destinations)",
                 "server",
             ),
             Route(

@@ -8,7 +8,8 @@ is exported is the table of statistics the console's charts read too
 A scrape stays bounded however many destinations there are: the
 per-destination series (and the destinations' own watermarks) are those of
 the ``Admin.metricsdestinations`` busiest (holding the most messages, as the
-charts choose them); ``wiremq_destinations_not_exported`` counts the others,
+charts choose them: ``modules/destinations/survey.py``), the only ones whose
+states are read; ``wiremq_destinations_not_exported`` counts the others,
 whose messages still count in the server's totals.
 """
 
@@ -80,7 +81,8 @@ def exposition(state: State, most_destinations: int) -> str:
     everyone = (*state["queues"], *state["topics"])
     shown = {id(d) for d in busiest(everyone, most_destinations)}
     exported = [d for d in everyone if id(d) in shown]  # in the state's order
-    _family(lines, NOT_EXPORTED, [({}, len(everyone) - len(exported))])
+    totals = state["totals"]
+    _family(lines, NOT_EXPORTED, [({}, totals["queues"] + totals["topics"] - len(exported))])
     destinations = [({"destination": d["name"], "kind": d["kind"]}, d) for d in exported]
     for metric in DESTINATION:
         _family(lines, metric, [(labels, metric.read(d)) for labels, d in destinations])

@@ -380,7 +380,7 @@ def start_console(server: WiremqServer, port: int | None = None) -> Console | No
 
     def sample() -> None:
         if server.core is not None:
-            history.sample(time.time(), server.flow_state())
+            history.sample(time.time(), server.flow_state(busiest=admin.chartdestinations))
 
     server.add_task(
         Periodic(server.runtime, lambda: history.next_interval(admin.sampleinterval), sample)

@@ -12,10 +12,15 @@ time is printed beside the elapsed time, so a client that was the limit shows.
 
 ``destinations`` (wiremq only): ``--queues`` queues (100,000) receive one
 non-persistent message each, then: memory per queue, the time one SUBSCRIBE
-takes to bring its queue's message (median of 20), the console's destination
-list (``/api/destinations``) and one ``/metrics`` scrape (time, bytes, lines:
-it must stay bounded); then ``--subscribers`` (1,000) subscribe to one topic
-and a producer publishes ``--publish`` messages to it: deliveries per second.
+takes to bring its queue's message (median of 20), a SEND with a receipt every
+10 ms for ``--probe`` seconds (5) while the periodic tasks that walk every
+destination run (the console's sample, every cleanup: their periods are set
+to 1 s, ``DESTINATIONS``) and the console is asked ``/metrics``, ``/api/state``
+and a page of ``/api/destinations`` every half second (the longest wait and
+each call's longest time), then the console's destination list and one
+``/metrics`` scrape alone (time, bytes, lines: it must stay bounded); then
+``--subscribers`` (1,000) subscribe to one topic and a producer publishes
+``--publish`` messages to it: deliveries per second.
 
     .venv/bin/python bench/scaling.py                       # both, about 5 minutes
     .venv/bin/python bench/scaling.py --only connections --connections 2000
@@ -31,6 +36,7 @@ import shutil
 import socket
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -44,6 +50,19 @@ LIMITS = [  # every client comes from 127.0.0.1
     "StompListener.maxconnections=1000000",
     "StompListener.maxconnectionsperaddress=1000000",
 ]
+DESTINATIONS = [  # the destinations scenario (a --set may change each)
+    # The server sized for its load (100,000 queues: about 700 MB): at the default 512 MB
+    # it is over MemWatch's levels, whose collect action is a full collection every 0.75 s,
+    # itself 1-2 s with this many objects.
+    "MemWatch.maxmemory=4294967296",
+    # Every task that walks the destinations runs during the probe.
+    "Admin.sampleinterval=1",
+    "VolQueueStoreImpl.cleanupinterval=1",
+    "DestinationManager.qlbcleanupinterval=1",
+    "DestinationManager.tlbcleanupinterval=1",
+    "DestinationManager.idletimetolive=1",
+]
+CONSOLE_CALLS = ("/metrics", "/api/state", "/api/destinations?limit=50")
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nheart-beat:0,0\n\n\0"
 
 
@@ -303,6 +322,14 @@ def receipt_latency(port: int, seconds: float) -> tuple[float, float]:
     return statistics.median(waits), max(waits)
 
 
+def console_calls(console: str, until: threading.Event, took: dict[str, list[float]]) -> None:
+    """Ask the console ``CONSOLE_CALLS`` every half second until ``until`` is set."""
+    while not until.is_set():
+        for path in CONSOLE_CALLS:
+            took.setdefault(path, []).append(timed_get(console + path)[0])
+        until.wait(0.5)
+
+
 def timed_get(url: str) -> tuple[float, bytes]:
     started = time.perf_counter()
     with urllib.request.urlopen(url, timeout=600) as reply:
@@ -316,7 +343,7 @@ def destinations(args: argparse.Namespace, wiremq: str) -> None:
         f"destinations: {args.queues} queues holding one message each; "
         f"one topic, {args.subscribers} subscribers"
     )
-    with ManagedServer(wiremq, args.set, admin_port=admin) as server:
+    with ManagedServer(wiremq, [*DESTINATIONS, *args.set], admin_port=admin) as server:
         console = f"http://127.0.0.1:{admin}"
         for _ in range(100):
             if listening(("127.0.0.1", admin)):
@@ -343,8 +370,21 @@ def destinations(args: argparse.Namespace, wiremq: str) -> None:
             times.append(time.perf_counter() - started)
         median, longest = statistics.median(times) * 1e3, max(times) * 1e3
         print(f"  CONNECT + SUBSCRIBE to one until its message: {median:.1f} ms, max {longest:.1f}")
-        p50, worst = receipt_latency(server.port, 5.0)
-        print(f"  a receipt every 10 ms for 5 s: p50 {p50 * 1e3:.1f} ms, max {worst * 1e3:.1f} ms")
+        stop, took_calls = threading.Event(), {}
+        asking = threading.Thread(target=console_calls, args=(console, stop, took_calls))
+        asking.start()
+        p50, worst = receipt_latency(server.port, args.probe)
+        stop.set()
+        asking.join()
+        print(
+            f"  a receipt every 10 ms for {args.probe:.0f} s, with every periodic task and the "
+            f"console's calls: p50 {p50 * 1e3:.1f} ms, max {worst * 1e3:.1f} ms"
+        )
+        for path, times in took_calls.items():
+            print(
+                f"    {path}: {len(times)} calls, median {statistics.median(times) * 1e3:,.0f} ms, "
+                f"max {max(times) * 1e3:,.0f} ms"
+            )
         took, body = timed_get(f"{console}/api/destinations")
         print(f"  console list (/api/destinations): {took * 1e3:,.0f} ms, {len(body):,} bytes")
         took, body = timed_get(f"{console}/metrics")
@@ -379,6 +419,7 @@ def main() -> int:
         "it failed with 'unable to create native thread', the machine's threads used up",
     )
     parser.add_argument("--queues", type=int, default=100_000)
+    parser.add_argument("--probe", type=float, default=5.0, help="seconds of receipts")
     parser.add_argument("--subscribers", type=int, default=1_000)
     parser.add_argument("--publish", type=int, default=200, help="messages to the topic")
     parser.add_argument("--processes", type=int, default=2, help="client processes")

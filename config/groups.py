@@ -209,6 +209,13 @@ class IdleDestinationSettings(SettingsGroup):
 
 
 @dataclass(frozen=True, slots=True)
+class SweepSettings(SettingsGroup):
+    """DestinationManager: how many destinations a periodic task walks per turn."""
+
+    sweepslice: int
+
+
+@dataclass(frozen=True, slots=True)
 class WatermarkLimits(SettingsGroup):
     """One scope's four watermarks (read with its prefix: "", "global", "topic", ...)."""
 

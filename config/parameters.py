@@ -1040,6 +1040,21 @@ PARAMETERS.append(
         live=True,
     )
 )
+PARAMETERS.append(
+    Parameter(
+        "DestinationManager",
+        "sweepslice",
+        int,
+        1000,
+        "Destinations a periodic task that walks all of them (a cleanup, the console's "
+        "sample of rates) looks at in one turn of the event loop; it goes on at the next "
+        "turn, after what clients asked meanwhile",
+        unit="destinations",
+        minimum=1,
+        maximum=1_000_000,
+        live=True,
+    )
+)
 _add_watermarks("DestinationManager", "topic", "one topic's live buffer", "that topic")
 _add_watermarks(
     "DestinationManager",

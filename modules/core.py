@@ -20,6 +20,7 @@ from wiremq.config.groups import (
     MemWatchSettings,
     ServerSettings,
     SpoolSettings,
+    SweepSettings,
     TransactionMemorySettings,
     WorkPoolSettings,
     XASettings,
@@ -32,12 +33,13 @@ from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
 from wiremq.modules.destinations.copies import Copier
 from wiremq.modules.destinations.deadletter import DeadLetters
-from wiremq.modules.destinations.destination import DestinationServices
+from wiremq.modules.destinations.destination import Destination, DestinationServices
 from wiremq.modules.destinations.durable import ReplayManager
 from wiremq.modules.destinations.expiry import Expiry
 from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import UnackedLimit
+from wiremq.modules.destinations.survey import Survey
 from wiremq.modules.durables import DurableSubscriptions
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.disk import DiskSpace
@@ -146,6 +148,7 @@ class Core:
             )
         )
         destinations.append(self.destinations)
+        self.survey = Survey(self.destinations)  # the console's rates and busiest
         self.spool = Spool(settings, self.flow, self.destinations, store)
         if self.persistence is not None:
             self.persistence.on_changed = self.spool.store_changed
@@ -330,19 +333,40 @@ class Core:
             "client egress": WORK_UNIT * sum(c.egress.queues.queued_work for c in self.clients),
         }
 
-    def flow_state(self, destinations: bool = True) -> dict[str, object]:
+    def _busiest(self, count: int) -> list[Destination]:
+        """The ``count`` destinations holding the most messages, after the survey's next
+        visit (which keeps as many as the charts and ``/metrics`` show)."""
+        admin = AdminSettings.read(self.settings, "Admin")
+        self.survey.visit(
+            self.runtime.monotonic(),
+            SweepSettings.read(self.settings, "DestinationManager").sweepslice,
+            max(count, admin.chartdestinations, admin.metricsdestinations),
+        )
+        return self.survey.busiest(count)
+
+    def flow_state(
+        self, destinations: bool = True, busiest: int | None = None
+    ) -> dict[str, object]:
         """Every flow-control state in one place: the admin console's view; without each
-        destination's (``destinations`` False: the overview of a server with thousands)."""
+        destination's (``destinations`` False: the overview of a server with thousands), or
+        with those of the ``busiest`` holding the most messages alone (the console's
+        sample, ``/metrics``, ``/api/state``: ``survey.py`` looks at a slice per call)."""
+        if busiest is not None:
+            listed = [d.state() for d in self._busiest(busiest)]
+            shown = {
+                "queues": [s for s in listed if s["kind"] == "queue"],
+                "topics": [s for s in listed if s["kind"] == "topic"],
+            }
+        elif destinations:
+            shown = {
+                "queues": [q.state() for q in self.destinations.queues.values()],
+                "topics": [t.state() for t in self.destinations.topics.values()],
+            }
+        else:
+            shown = {}
         return {
             "watermarks": [w.state() for w in self.flow.watermarks()],
-            **(
-                {
-                    "queues": [q.state() for q in self.destinations.queues.values()],
-                    "topics": [t.state() for t in self.destinations.topics.values()],
-                }
-                if destinations
-                else {}
-            ),
+            **shown,
             "clients": [c.state() for c in self.clients],
             "unfinished_frame_bytes": self.unfinished.total,
             "unfinished_frame_bytes_peak": self.unfinished.peak,

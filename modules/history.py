@@ -6,7 +6,9 @@ nothing is counted on the message path for it. Rates are differences of the
 counters the path keeps anyway (messages each destination received,
 deliveries), divided by the time between samples.
 What is charted are the statistics with a chart name (``modules/statistics.py``,
-the table ``/metrics`` exports too).
+the table ``/metrics`` exports too). The sample's state lists the busiest
+destinations alone (``Admin.chartdestinations``: ``destinations/survey.py``
+finds them a slice at a time).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class History:
         self.kept = destinations
         self.server = Track(SERVER_SERIES, self.length)
         self.destinations: dict[str, Track] = {}
-        self.rates = Rates()  # every destination's and connection's latest
+        self.rates = Rates()  # every connection's latest
 
     def next_interval(self, interval: float) -> float:
         """How long to wait for the next sample, taken every ``interval`` seconds once the

@@ -247,7 +247,7 @@ class Operations:
 
             def removed(result: object) -> None:
                 queue.backlog_purged(scanned)
-                queue.fates.discarded += count + len(found)
+                queue.fates.count("discarded", count + len(found))
                 self.journal.operator_discarded(
                     taken, [((name, seq), m) for seq, m in found], PURGED
                 )

@@ -1,14 +1,12 @@
-"""The latest rates (msg/s) of every destination and every connection: published,
-delivered and acknowledged, for the console's tables and pages.
+"""The latest rates (msg/s) of every connection: published, delivered and acknowledged,
+for the console's tables and pages (a destination's: ``destinations/survey.py``).
 
 Taken with the charts' samples (``history.py``, every ``Admin.sampleinterval``, the
 first few sooner), as differences of counters the message path keeps anyway
-(a destination's ``received``, ``delivered``, ``acknowledged``; a connection's
-``published``, ``messages_sent`` and its subscriptions' ``acknowledged``) over
-the time between the last two samples. A subject seen once has no rate yet
-(None); nor has a counter that went down (a connection's subscription ended).
-Unlike the charts, which keep the busiest destinations' past, every
-destination's latest rates are kept: three floats each.
+(a connection's ``published``, ``messages_sent`` and its subscriptions'
+``acknowledged``) over the time between the last two samples. A subject seen
+once has no rate yet (None); nor has a counter that went down (a connection's
+subscription ended).
 """
 
 from __future__ import annotations
@@ -21,11 +19,6 @@ RATES = ("publish_rate", "deliver_rate", "ack_rate")
 NO_RATES: dict[str, float | None] = dict.fromkeys(RATES)
 
 Counters = tuple[int, int, int]
-
-
-def destination_counters(state: State) -> Counters:
-    """A destination's (received, delivered, acknowledged) from its state."""
-    return (state["received"], state["delivered"], state["acknowledged"])
 
 
 def connection_counters(state: State) -> Counters:
@@ -62,24 +55,16 @@ class Track:
 
 
 class Rates:
-    """Every destination's and connection's latest rates (see the module docstring)."""
+    """Every connection's latest rates (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.destinations = Track()
         self.connections = Track()
 
     def sample(self, now: float, state: State) -> None:
-        """One sample of the query API's state (``flow_state``, with each destination's)."""
-        self.destinations.sample(
-            now,
-            {d["name"]: destination_counters(d) for d in (*state["queues"], *state["topics"])},
-        )
+        """One sample of the query API's state (``flow_state``)."""
         self.connections.sample(
             now, {c["session"]: connection_counters(c) for c in state["clients"]}
         )
-
-    def of_destination(self, name: str) -> dict[str, float | None]:
-        return self.destinations.of(name)
 
     def of_connection(self, session: str) -> dict[str, float | None]:
         return self.connections.of(session)

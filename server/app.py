@@ -356,11 +356,11 @@ class WiremqServer:
                 )
         self.outbox.flush()
 
-    def flow_state(self, destinations: bool = True) -> dict[str, Any]:
+    def flow_state(self, destinations: bool = True, busiest: int | None = None) -> dict[str, Any]:
         """The core's flow-control state plus each connection's socket-side view (without
-        each destination's: ``destinations`` False)."""
+        each destination's: ``destinations`` False; the ``busiest`` alone: ``Core.flow_state``)."""
         assert self.core is not None
-        state = self.core.flow_state(destinations)
+        state = self.core.flow_state(destinations, busiest)
         connections = list(self.connections)
         state["egress_load_factor"] = egress_load_factor(c.egress.queues for c in connections)
         state["sockets"] = [

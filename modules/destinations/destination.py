@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from wiremq.config.groups import DestinationPolicy, WatermarkLimits
 from wiremq.config.settings import Settings
 from wiremq.modules.destinations.fates import FateCounts
+from wiremq.modules.destinations.traffic import Traffic
 from wiremq.modules.flow.control import FlowControl
 from wiremq.modules.flow.watermarks import Producer, Watermark
 from wiremq.modules.message import Message
@@ -52,6 +53,7 @@ class DestinationServices:
     # where each producer sends: one that goes away is forgotten there, not in every
     # destination (a disconnect walked all of them: 35 ms with 100,000 queues)
     sending: dict[Producer, set[Destination]] = field(default_factory=dict)
+    traffic: Traffic = field(default_factory=Traffic)  # the server's received and delivered
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
@@ -169,6 +171,7 @@ class Destination(ABC):
 
     def subscribe(self, subscription: Subscription) -> None:
         self.consumers[subscription] = None
+        self.services.traffic.joined(subscription)
 
     def unused(self) -> bool:
         """Whether nothing would be lost by removing it: no consumers, nothing counted in
@@ -220,12 +223,12 @@ class Destination(ABC):
     def count(self, fate: str, messages: Sequence[Message], undone: bool = False) -> None:
         """``messages`` (of this destination) met ``fate`` (``fates.py``): acknowledged,
         discarded...; ``undone``: taken back (an acknowledgement whose transaction failed)."""
-        fates = self.fates
-        setattr(fates, fate, getattr(fates, fate) + (-len(messages) if undone else len(messages)))
+        self.fates.count(fate, -len(messages) if undone else len(messages))
 
     def _consumer_gone(self, subscription: Subscription) -> None:
         """Keep the deliveries of a consumer that unsubscribed in the destination's count."""
         self.delivered_before += subscription.delivered
+        self.services.traffic.left(subscription)
 
     @property
     @abstractmethod
@@ -236,6 +239,10 @@ class Destination(ABC):
     def delivered(self) -> int:
         """Deliveries to its consumers, those gone included (a redelivery counts again)."""
         return self.delivered_before + sum(s.delivered for s in self.consumers)
+
+    @abstractmethod
+    def depth(self) -> int:
+        """Messages it holds (its state's ``messages``), without walking them all."""
 
     def stored(self) -> tuple[int, int]:
         """Messages and bytes the store holds for it (delivered, unacknowledged included)."""

@@ -19,6 +19,10 @@ message's fate (expiry, dead letters, the operator's actions) count it without
 holding its destination; a destination holds its own record for the one count on
 the message path (``acknowledged``, once per batch). A destination removed from
 the registry leaves its counts to the server's totals.
+
+The server's totals are kept as the counts change (each destination's record
+adds to them too), not summed over every destination: with 100,000 of them the
+sum held the event loop for a quarter of a second.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(slots=True)
 class Fates:
-    """One destination's counts (see the module docstring)."""
+    """One destination's counts, or the server's totals (see the module docstring)."""
 
     acknowledged: int = 0
     redelivered: int = 0
@@ -37,48 +41,46 @@ class Fates:
     discarded: int = 0
     moved: int = 0
     restored: int = 0  # held in its store when the server started
+    total: Fates | None = None  # the server's totals, which every count adds to as well
 
     def json(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {fate: getattr(self, fate) for fate in FATES}
 
-    def add(self, other: Fates) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+    def count(self, fate: str, messages: int) -> None:
+        """``messages`` more met ``fate`` (fewer, if negative: a fate taken back)."""
+        setattr(self, fate, getattr(self, fate) + messages)
+        total = self.total
+        if total is not None:
+            setattr(total, fate, getattr(total, fate) + messages)
 
 
-FATES = tuple(f.name for f in fields(Fates))
+FATES = tuple(f.name for f in fields(Fates) if f.name != "total")
 
 
 class FateCounts:
-    """Every destination's ``Fates`` by name, and those of destinations removed since."""
+    """Every destination's ``Fates`` by name, and the server's totals."""
 
     def __init__(self) -> None:
         self.by_name: dict[str, Fates] = {}
-        self.retired = Fates()
+        self.total = Fates()  # every destination's, those removed since included
 
     def of(self, name: str) -> Fates:
         """The counts of the destination ``name`` (made with it)."""
         found = self.by_name.get(name)
         if found is None:
-            found = self.by_name[name] = Fates()
+            found = self.by_name[name] = Fates(total=self.total)
         return found
 
     def count(self, name: str, fate: str, messages: int) -> None:
-        """``messages`` of the destination ``name`` met ``fate``; counted in the totals if
-        that destination is gone."""
-        found = self.by_name.get(name, self.retired)
-        setattr(found, fate, getattr(found, fate) + messages)
+        """``messages`` of the destination ``name`` met ``fate``; counted in the totals only
+        if that destination is gone."""
+        found = self.by_name.get(name)
+        (found or self.total).count(fate, messages)
 
     def retire(self, name: str) -> None:
-        """The destination ``name`` left the registry: its counts go to the totals."""
-        gone = self.by_name.pop(name, None)
-        if gone is not None:
-            self.retired.add(gone)
+        """The destination ``name`` left the registry: its counts stay in the totals."""
+        self.by_name.pop(name, None)
 
     def totals(self) -> dict[str, int]:
         """Every destination's counts added up, those removed included."""
-        total = Fates()
-        total.add(self.retired)
-        for fates in self.by_name.values():
-            total.add(fates)
-        return total.json()
+        return self.total.json()

@@ -296,7 +296,7 @@ class Queue(Destination):
         dispatched."""
         if not messages:
             return
-        self.fates.redelivered += len(messages)
+        self.fates.count("redelivered", len(messages))
         for message in messages:
             _read_level_and_group(message)
         for message in sorted(messages, key=delivery_order):
@@ -328,6 +328,12 @@ class Queue(Destination):
     def remove(self) -> None:
         super().remove()
         self.services.volatile.drop(self.name)
+
+    def depth(self) -> int:
+        counts = self.counts
+        in_memory = counts.volatile_store.messages + counts.unreported_volatile[0]
+        held = [m for s in self.consumers if s.unacked for m in s.unacked.values()]
+        return in_memory + sum(1 for m in held if not m.store_seq) + self.stored()[0]
 
     def state(self) -> dict[str, object]:
         waiting = self.sweeps.in_memory()

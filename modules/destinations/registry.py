@@ -11,14 +11,17 @@ from wiremq.config.groups import (
     DestinationPolicy,
     IdleDestinationSettings,
     LiveBufferSettings,
+    SweepSettings,
 )
 from wiremq.modules.destinations.destination import Destination, DestinationServices
 from wiremq.modules.destinations.queue import Queue
+from wiremq.modules.destinations.rotation import Rotation
 from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, matches
 from wiremq.modules.domains import P2P, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.journal.recorder import CleanupRun
 from wiremq.modules.journal.schema import VOLQUEUE
 
 log = structlog.get_logger("wiremq.destinations")
@@ -46,8 +49,12 @@ class Destinations:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.wildcards: list[Wildcard] = []  # wildcard subscriptions
-        self.retired_received = 0  # messages of destinations removed since
-        self.retired_delivered = 0
+        self._sorted: list[str] | None = []  # every name in order (None: to sort again)
+        self._volatile_pass: Rotation[Queue] = Rotation(self.queues)
+        self._volatile_run: CleanupRun | None = None  # the journal's, for the pass under way
+        self._live_buffer_pass: Rotation[Queue] = Rotation(self.queues)
+        self._topic_buffer_pass: Rotation[Topic] = Rotation(self.topics)
+        self._idle_pass: Rotation[Destination] = Rotation(self.queues, self.topics)
         services.flow.on_gate_added(self._gate_added)
 
     def get(self, name: str) -> Destination | None:
@@ -65,11 +72,19 @@ class Destinations:
             destination = self.queues[name] = Queue(name, self.services)
         else:
             destination = self.topics[name] = Topic(name, self.services)
+        self._sorted = None
         log.info("destination.created", destination=name)
         for wildcard in self.wildcards:
             if matches(wildcard.name, name):
                 wildcard.attach(destination)
         return destination
+
+    def sorted_names(self) -> list[str]:
+        """Every destination's name in order (kept between changes, so that the console's
+        table of 100,000 is not sorted again at every page)."""
+        if self._sorted is None:
+            self._sorted = sorted([*self.queues, *self.topics])
+        return self._sorted
 
     def add_wildcard(self, wildcard: Wildcard) -> None:
         """A wildcard subscription joins every matching destination, now and later."""
@@ -112,19 +127,19 @@ class Destinations:
         if id(registry.get(name)) != id(destination):
             return  # already gone (a new one of its name may be there)
         del registry[name]
+        self._sorted = None
         for producer in destination.producers:
             destination.unlist(producer)
-        self.retired_received += destination.received
-        self.retired_delivered += destination.delivered
         self.services.fates.retire(name)
         destination.remove()
 
     def totals(self) -> dict[str, int]:
         """Messages received and delivered since the server started, and what became of
-        them (``fates.py``), all destinations."""
+        them (``fates.py``), all destinations: kept as messages move (``traffic.py``)."""
+        traffic = self.services.traffic
         return {
-            "received": self.retired_received + sum(d.received for d in self),
-            "delivered": self.retired_delivered + sum(d.delivered for d in self),
+            "received": traffic.received,
+            "delivered": traffic.delivered,
             **self.services.fates.totals(),
         }
 
@@ -150,7 +165,7 @@ class Destinations:
             queue = self.resolve(name)
             assert isinstance(queue, Queue)
             queue.backlog.restore()
-            queue.fates.restored = held
+            queue.fates.count("restored", held - queue.fates.restored)
         settings = self.services.settings
         for name in list(settings.destinations):
             if DestinationPolicy.for_destination(settings, name).declared:
@@ -161,27 +176,41 @@ class Destinations:
                         "destination.declared_invalid", destination=name, error=refusal.detail
                     )
 
-    # -- cleanup processes -------------------------------------------------------------
+    # -- cleanup processes: each walks the destinations a slice per turn (rotation.py) and
+    # says whether its pass has more (``Periodic`` runs it again at once if so) ----------
 
-    def sweep_volatile(self) -> None:
-        """The VolQueueStore's cleanup process."""
+    def _slice(self) -> int:
+        return SweepSettings.read(self.services.settings, "DestinationManager").sweepslice
+
+    def sweep_volatile(self) -> bool:
+        """The VolQueueStore's cleanup process: one journaled cleanup run per pass."""
         now_ms = self.services.runtime.now_ms()
-        settings = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
-        with self.services.journal.sweeping(VOLQUEUE, settings.cleanupinterval) as run:
-            for queue in list(self.queues.values()):
+        journal = self.services.journal
+        run = self._volatile_run
+        if run is None:
+            interval = CleanupIntervalSettings.read(self.services.settings, "VolQueueStoreImpl")
+            run = self._volatile_run = journal.sweep_started(VOLQUEUE, interval.cleanupinterval)
+        with journal.sweeping(run):
+            for queue in self._volatile_pass.next_slice(self._slice()):
                 run.scanned += queue.sweeps.sweep_volatile(now_ms)
+        if not self._volatile_pass.done:
+            return True
+        journal.cleanup_ended(run)
+        self._volatile_run = None
+        return False
 
-    def sweep_live_buffers(self) -> None:
+    def sweep_live_buffers(self) -> bool:
         """The queue live buffers' cleanup (qlbcleanupinterval / qlbcleanuptimetolive)."""
         now_ms = self.services.runtime.now_ms()
         now = self.services.runtime.monotonic()
         idle_for = LiveBufferSettings.read(
             self.services.settings, "DestinationManager"
         ).qlbcleanuptimetolive
-        for queue in list(self.queues.values()):
+        for queue in self._live_buffer_pass.next_slice(self._slice()):
             queue.sweeps.sweep_live_buffer(now_ms, now - queue.last_dispatch > idle_for)
+        return not self._live_buffer_pass.done
 
-    def sweep_idle(self) -> None:
+    def sweep_idle(self) -> bool:
         """Remove the undeclared destinations nobody uses (``Destination.unused``) that have
         not dispatched for DestinationManager.idletimetolive, so that names that come and go
         do not grow memory; a name used again makes a new one."""
@@ -190,7 +219,7 @@ class Destinations:
             self.services.settings, "DestinationManager"
         ).idletimetolive
         removed = 0
-        for destination in self:
+        for destination in self._idle_pass.next_slice(self._slice()):
             if (
                 now - destination.last_dispatch >= idle_for
                 and not destination.policy.declared
@@ -200,9 +229,11 @@ class Destinations:
                 removed += 1
         if removed:
             log.info("destinations.removed", count=removed)
+        return not self._idle_pass.done
 
-    def sweep_topic_buffers(self) -> None:
+    def sweep_topic_buffers(self) -> bool:
         """The topic live buffers' cleanup (tlbcleanupinterval)."""
         now_ms = self.services.runtime.now_ms()
-        for topic in list(self.topics.values()):
+        for topic in self._topic_buffer_pass.next_slice(self._slice()):
             topic.sweep_live_buffer(now_ms)
+        return not self._topic_buffer_pass.done

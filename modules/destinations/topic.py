@@ -52,6 +52,7 @@ class Topic(Destination):
         super().__init__(name, services)
         self.buffer: deque[Message | None] = deque()  # None: an expired message's place
         self.first = 0  # index of buffer[0] in the topic's message sequence
+        self.expired_on_arrival = 0  # received, and never in the buffer
         self.unwritten_dropped = 0  # messages dropped from subscribers that went away
         self.selecting = 0  # subscribers with a selector
         self.live = services.flow.live
@@ -71,6 +72,7 @@ class Topic(Destination):
         """Deliver at once when every subscriber can take the message; else buffer it
         (``dispatch`` moves the subscribers on)."""
         if message.expires and message.expired(self.services.runtime.now_ms()):
+            self.expired_on_arrival += 1
             self.services.expiry.expired(self.name, [message])
             return
         consumers = self.consumers
@@ -82,7 +84,7 @@ class Topic(Destination):
             stored = message.store_seq
             if not consumers and not stored:
                 self.services.journal.discarded((message,), NO_SUBSCRIBERS)
-                self.fates.discarded += 1
+                self.fates.count("discarded", 1)
             if self.selecting:  # some subscriber has a selector
                 selected = False
                 for subscription in consumers:
@@ -92,7 +94,7 @@ class Topic(Destination):
                         selected = True
                 if consumers and not selected and not stored:
                     self.services.journal.discarded((message,), NO_SUBSCRIBERS)
-                    self.fates.discarded += 1
+                    self.fates.count("discarded", 1)
             else:
                 for subscription in consumers:
                     subscription.cursor += 1
@@ -166,7 +168,7 @@ class Topic(Destination):
                         return
                     subscription.egress.queues.count_discard(queue)
                     self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
-                    self.fates.discarded += 1
+                    self.fates.count("discarded", 1)
                 else:
                     subscription.deliver(message)
             subscription.cursor += 1
@@ -229,7 +231,7 @@ class Topic(Destination):
         journal.discarded_for(subscription, missed, SUBSCRIBER_LEFT)
         durable = subscription.durable_key is not None
         lost = [m for m in unacked or unwritten if not (durable and m.store_seq)]
-        self.fates.discarded += len(lost) + len(missed)
+        self.fates.count("discarded", len(lost) + len(missed))
         if durable:
             self.services.replays.stop(subscription)
         dropped = [m for m in unwritten if not (durable and m.store_seq)]
@@ -303,14 +305,17 @@ class Topic(Destination):
         if subscription.ended:  # a durable subscriber gets them from the store when back
             return NOTHING
         again = [c for c in copies if c not in dead]
-        self.fates.redelivered += len(again)
+        self.fates.count("redelivered", len(again))
         subscription.redeliver(again)
         done = [m for m, c in zip(messages, copies, strict=True) if c in dead]
         return self.acknowledged(subscription, done) if done else NOTHING
 
     @property
     def received(self) -> int:
-        return self.first + len(self.buffer)
+        return self.expired_on_arrival + self.first + len(self.buffer)
+
+    def depth(self) -> int:
+        return self.held("TopicLiveBuffer")[0]
 
     def state(self) -> dict[str, object]:
         waiting, waiting_bytes = self.held("TopicLiveBuffer")

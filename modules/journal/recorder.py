@@ -231,11 +231,17 @@ class Journal:
     def cleanup_ended(self, run: CleanupRun) -> None:
         """A cleanup run ended."""
 
+    def sweep_started(self, store: str, interval: float) -> CleanupRun:
+        """A cleanup run of an in-memory store (the VolQueueStore's sweep) begins: a pass
+        over its destinations, a slice per turn of the event loop (``sweeping``), ended by
+        ``cleanup_ended``."""
+        return self._new_run(store)
+
     @contextmanager
-    def sweeping(self, store: str, interval: float) -> Iterator[CleanupRun]:
-        """A cleanup run of an in-memory store (the VolQueueStore's sweep), on the event
-        loop from start to end: what ``expired`` reports meanwhile, it removed."""
-        yield self._new_run(store)
+    def sweeping(self, run: CleanupRun) -> Iterator[CleanupRun]:
+        """A slice of the sweep ``run``, on the event loop from start to end: what
+        ``expired`` reports meanwhile, it removed."""
+        yield run
 
     def _new_run(self, store: str) -> CleanupRun:
         self._runs += 1
@@ -486,16 +492,18 @@ class RecordingJournal(Journal):
     def cleanup_ended(self, run: CleanupRun) -> None:
         self._add(kinds.CLEANUP_ENDED, run.store, run.run_id, run.scanned, run.removed)
 
-    @contextmanager
-    def sweeping(self, store: str, interval: float) -> Iterator[CleanupRun]:
+    def sweep_started(self, store: str, interval: float) -> CleanupRun:
         run = self._new_run(store)
         self._add(kinds.CLEANUP_STARTED, store, run.run_id, round(interval * 1000), None, None)
+        return run
+
+    @contextmanager
+    def sweeping(self, run: CleanupRun) -> Iterator[CleanupRun]:
         self._sweep = run
         try:
             yield run
         finally:
             self._sweep = None
-            self.cleanup_ended(run)
 
 
 def _by_store(messages: Sequence[Message]) -> dict[str, Sequence[Message]]:

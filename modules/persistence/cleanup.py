@@ -30,9 +30,13 @@ log = structlog.get_logger("wiremq.cleanup")
 
 class Periodic:
     """Runs an action every ``interval()`` seconds until stopped; an action that raises
-    is logged and runs again next time."""
+    is logged and runs again next time. An action that walks the destinations a slice at
+    a time (``modules/destinations/rotation.py``) returns True while its pass has more:
+    it runs again on the next turn of the event loop, after what clients asked meanwhile."""
 
-    def __init__(self, runtime: Runtime, interval: Callable[[], float], action: Callable[[], None]):
+    def __init__(
+        self, runtime: Runtime, interval: Callable[[], float], action: Callable[[], bool | None]
+    ):
         self.runtime = runtime
         self.interval = interval
         self.action = action
@@ -51,13 +55,17 @@ class Periodic:
             self.start()
 
     def _run(self) -> None:
+        more = False
         try:
-            self.action()
+            more = bool(self.action())
         except Exception as error:  # a periodic task must outlive one bad run
             log.exception(
                 "periodic.failed", action=getattr(self.action, "__name__", "?"), error=str(error)
             )
-        self.start()
+        if more:
+            self._timer = self.runtime.call_later(0.0, self._run)
+        else:
+            self.start()
 
     def stop(self) -> None:
         if self._timer is not None:

@@ -25,6 +25,7 @@ class DistributingModule(PipelineModule):
                 target = message.target = self.context.destinations.resolve(target.name)
             target.enqueue(message)
             touched[target] = None
+        self.context.destinations.services.traffic.received += len(batch)
         for destination in touched:
             destination.dispatch()
         self.downstream.handle(batch)

@@ -118,6 +118,7 @@ READ_AS = {  # each typed settings object with the groups (and prefixes) it is r
     groups.ReplaySettings: [("TopicFileStore", "")],
     groups.LiveBufferSettings: [("DestinationManager", "")],
     groups.IdleDestinationSettings: [("DestinationManager", "")],
+    groups.SweepSettings: [("DestinationManager", "")],
     groups.WatermarkLimits: [
         ("VolQueueStoreImpl", ""),
         ("VolQueueStoreImpl", "global"),
