@@ -31,12 +31,12 @@ class CountMirror:
 
     def __init__(self) -> None:
         self._destinations: dict[str, Counts] = {}
-        self._total = Counts()
+        self.total = Counts()  # of every destination (replaced whole: any thread reads it)
 
     def publish(self, changed: dict[str, Counts]) -> None:
         """The counts of the destinations a commit changed."""
         old = self._destinations
-        messages, nbytes = self._total
+        messages, nbytes = self.total
         for name, (now_messages, now_bytes) in changed.items():
             before_messages, before_bytes = old.get(name, _NONE)
             messages += now_messages - before_messages
@@ -45,13 +45,10 @@ class CountMirror:
             old.update(changed)
         else:
             self._destinations = {**old, **changed}
-        self._total = Counts(messages, nbytes)
+        self.total = Counts(messages, nbytes)
 
     def destinations(self) -> list[str]:
         return sorted(self._destinations)
 
     def get(self, destination: str) -> Counts:
         return self._destinations.get(destination, _NONE)
-
-    def total(self) -> Counts:
-        return self._total

@@ -218,9 +218,9 @@ class StoreState:
 
     def totals(self, prefix: str) -> Counts:
         if prefix == QUEUE_PREFIX:  # read on every persistent SEND and commit
-            return self._queue_counts.total()
+            return self._queue_counts.total
         if prefix == TOPIC_PREFIX:
-            return self._topic_counts.total()
+            return self._topic_counts.total
         found = [self.count(name) for name in self.destinations(prefix)]
         return Counts(sum(c.messages for c in found), sum(c.bytes for c in found))
 

@@ -155,7 +155,8 @@ class StoreWriter:
         for (_, done, _), result in zip(work, results, strict=True):
             done(result)
         self.runtime.after_writes(tell)
-        self._next()
+        if self._waiting and not self._running:  # a callback may have started one
+            self._start()
 
     def _next(self) -> None:
         if self._waiting and not self._running:
