@@ -3,15 +3,15 @@
 Bytes from the socket go to the sans-io ``StompSession``, which returns
 request events; this turns each into a call on the client's ``CoreSession``
 (``core_session.py``): SENDs become messages, one batch per domain and read;
-SUBSCRIBE, ACK, BEGIN, COMMIT and the rest become the core's typed requests,
-their STOMP headers read here. The core answers through this connection's
-``SessionCallback`` methods, which the session encodes into frames for the
-client's egress. What is STOMP's stays here: the order in which a client's
-frames act, the bounds on a connection before its CONNECT, heart-beats, and
-the ERROR that ends a connection once everything the client sent before it
-is done. TCP, TLS and WebSocket connections are all this one class (the
-transport differs, in ``server/``); another protocol would be another adapter
-over the same core session.
+the ACKs and NACKs of a read act as one run; SUBSCRIBE, BEGIN, COMMIT and the
+rest become the core's typed requests, their STOMP headers read here. The core
+answers through this connection's ``SessionCallback`` methods, which the
+session encodes into frames for the client's egress. What is STOMP's stays
+here: the order in which a client's frames act, the bounds on a connection
+before its CONNECT, heart-beats, and the ERROR that ends a connection once
+everything the client sent before it is done. TCP, TLS and WebSocket
+connections are all this one class (the transport differs, in ``server/``);
+another protocol would be another adapter over the same core session.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from wiremq.config.groups import ClientBounds
 from wiremq.modules.client.core_session import Login, Sessions
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.reading import ReadControl
-from wiremq.modules.client.subscriptions import AckNaming, SubscribeRequest
+from wiremq.modules.client.subscriptions import (
+    AckNaming,
+    Acknowledgement,
+    AcknowledgementRefused,
+    SubscribeRequest,
+)
 from wiremq.modules.domains import domain_of, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.unfinished import UnfinishedFrames
@@ -72,6 +77,7 @@ WINDOW_BYTES = ("consumerQueueEntriesBytes", "prefetch-bytes")
 ACK_NAMING = {"1.0": AckNaming.ID_IF_GIVEN, "1.1": AckNaming.ID, "1.2": AckNaming.NUMBER}
 
 Failure: TypeAlias = ProtocolError | Refused
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__: one per ACK
 
 
 @dataclass
@@ -133,6 +139,7 @@ class ClientConnection:
         # pipeline together, in the order they came.
         self._sends: Batch = []
         self._sends_domain = ""
+        self._acks: list[Acknowledge] = []  # ACKs and NACKs read and not yet acted on
         self.published = 0  # SENDs to a queue or topic submitted (the console's rates)
         self._failing = False  # an ERROR is on its way: nothing more is done for the client
         self._held: list[Request] | None = None  # requests waiting for earlier ones (_act)
@@ -170,11 +177,17 @@ class ClientConnection:
         new_message = self.services.ids.message
         now_ms = self.services.runtime.now_ms()  # when these messages were received
         for index, event in enumerate(events):
-            if type(event) is Send:
+            kind = type(event)
+            if kind is Acknowledge:
+                if self._sends:
+                    self._submit()
+                self._acks.append(event)
+                continue
+            if kind is Send:
                 destination, headers, body = event
                 domain = domain_of(destination)
                 if domain is not None:
-                    if domain != self._sends_domain:
+                    if domain != self._sends_domain or self._acks:
                         self._submit()
                         self._sends_domain = domain
                     self._sends.append(
@@ -186,7 +199,7 @@ class ClientConnection:
             self._submit()
             if self._failing:
                 break  # the client is told it failed: nothing it sent after that acts
-            ordered = type(event) in _ORDERED
+            ordered = kind in _ORDERED
             if ordered and progress.count and not self._failing:
                 self._hold(events[index:])
                 return
@@ -261,11 +274,17 @@ class ClientConnection:
         _HANDLERS[type(event)](self, event)
 
     def _submit(self) -> None:
+        """Act on the run of SENDs, or of ACKs and NACKs, read so far (one of them at most
+        is gathering): what came after a failure does not act."""
         if self._sends:
             batch, self._sends = self._sends, []
-            if not self._failing:  # else they came after what failed: they do not act
+            if not self._failing:
                 self.published += len(batch)
                 self.core_session.send(self._sends_domain, batch)
+        elif self._acks:
+            acks, self._acks = self._acks, []
+            if not self._failing:
+                self._acknowledge(acks)
 
     # -- SessionCallback -------------------------------------------------------------------
 
@@ -498,16 +517,26 @@ class ClientConnection:
             event.headers.get("receipt"),
         )
 
-    def _acknowledge(self, event: Acknowledge) -> None:
-        headers = event.headers
-        self.core_session.subscriptions.acknowledge(
-            event.message_id,
-            event.subscription,
-            event.nack,
-            headers.get("requeue", "true").lower() != "false",
-            headers.get("transaction"),
-            headers.get("receipt"),
-        )
+    def _acknowledge(self, events: list[Acknowledge]) -> None:
+        """ACKs and NACKs read together act together (``SessionSubscriptions.acknowledge``)."""
+        acks = [
+            _new_tuple(
+                Acknowledgement,
+                (
+                    message_id,
+                    subscription,
+                    nack,
+                    not nack or headers.get("requeue", "true").lower() != "false",
+                    headers.get("transaction"),
+                    headers.get("receipt"),
+                ),
+            )
+            for nack, message_id, subscription, headers in events
+        ]
+        try:
+            self.core_session.subscriptions.acknowledge(acks)
+        except AcknowledgementRefused as refused:
+            self.fail(refused, refused.receipt)
 
     def _begin(self, event: Begin) -> None:
         xa = event.headers.get("xa")
@@ -593,12 +622,12 @@ class ClientConnection:
 _ORDERED = frozenset({Connect, Subscribe, Unsubscribe})
 _ORDERING = "waiting for earlier requests"
 
-# What each request does (SENDs to a queue or topic go down the pipelines in batches).
+# What each request does (SENDs to a queue or topic go down the pipelines in batches, and
+# ACKs and NACKs read together act together: ``_submit``).
 _HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {
     Connect: ClientConnection._connect,
     Subscribe: ClientConnection._subscribe,
     Unsubscribe: ClientConnection._unsubscribe,
-    Acknowledge: ClientConnection._acknowledge,
     Begin: ClientConnection._begin,
     Commit: ClientConnection._commit,
     Abort: ClientConnection._abort,

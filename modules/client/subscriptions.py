@@ -15,9 +15,10 @@ far behind, the session ends it and disconnects the client
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 import structlog
 
@@ -25,7 +26,7 @@ from wiremq.config.groups import DestinationPolicy
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.client.progress import WorkInProgress
 from wiremq.modules.destinations.browser import BrowserSubscription, QueueBrowser
-from wiremq.modules.destinations.destination import Destination
+from wiremq.modules.destinations.destination import NOTHING, Destination
 from wiremq.modules.destinations.queue import Queue
 from wiremq.modules.destinations.registry import Destinations
 from wiremq.modules.destinations.subscription import Subscription
@@ -77,6 +78,25 @@ class AckNaming(Enum):
 # Read once: an enum member read from its class costs a good part of an ACK's handling.
 _BY_NUMBER = AckNaming.NUMBER
 _BY_ID = AckNaming.ID
+
+
+class Acknowledgement(NamedTuple):
+    """An ACK or NACK of one delivery, as the client named it."""
+
+    message_id: str
+    subscription: str | None  # names the delivery's subscription (see ``AckNaming``)
+    nack: bool
+    requeue: bool  # a NACK's: deliver it again (else: to the dead message queue)
+    transaction: str | None
+    receipt: str | None
+
+
+class AcknowledgementRefused(Refused):
+    """An ACK/NACK that cannot be applied; ``receipt``: its receipt (the ERROR names it)."""
+
+    def __init__(self, refusal: Refused, receipt: str | None) -> None:
+        super().__init__(refusal.message, refusal.detail)
+        self.receipt = receipt
 
 
 class SessionSubscriptions:
@@ -336,30 +356,65 @@ class SessionSubscriptions:
 
     # -- acknowledgements ----------------------------------------------------------------
 
-    def acknowledge(
-        self,
-        message_id: str,
-        subscription_name: str | None,
-        nack: bool,
-        requeue: bool,
-        transaction: str | None,
-        receipt: str | None,
-    ) -> None:
-        """ACK (or NACK) the delivery of ``message_id`` to the subscription
-        ``subscription_name`` names (see ``AckNaming``); a NACK with ``requeue`` delivers
-        it again, without moves it to the dead message queue."""
-        subscription = self._find_delivery(message_id, subscription_name, nack)
-        if transaction is None:
+    def acknowledge(self, acks: Sequence[Acknowledgement]) -> None:
+        """Apply ACKs and NACKs read together, in order (see ``AckNaming`` for how each
+        names its delivery). A run of plain ACKs (no transaction) is applied as one: each
+        takes its messages from its consumer, then each consumer's window, counters and
+        journal are settled and the store told once for the run, its receipts answered
+        once that is stored. A NACK or an ACK in a transaction is applied after what came
+        before it. The first that cannot be applied raises ``AcknowledgementRefused``:
+        those before it took effect, it and those after it do not."""
+        taken: dict[Subscription, list[Message]] = {}
+        receipts: list[str] = []
+        try:
+            for ack in acks:
+                message_id = ack.message_id
+                subscription = self._find_delivery(message_id, ack.subscription, ack.nack)
+                if ack.transaction is None and not ack.nack:
+                    messages = subscription.take_acknowledged(message_id)
+                    run = taken.get(subscription)
+                    if run is None:
+                        taken[subscription] = messages
+                    else:
+                        run += messages
+                    if ack.receipt is not None:
+                        receipts.append(ack.receipt)
+                    continue
+                if taken:
+                    self._settle(taken, receipts)
+                    taken, receipts = {}, []
+                self._acknowledge_one(subscription, ack)
+        except Refused as refusal:
+            raise AcknowledgementRefused(refusal, ack.receipt) from refusal
+        finally:
+            if taken:
+                self._settle(taken, receipts)
+
+    def _acknowledge_one(self, subscription: Subscription, ack: Acknowledgement) -> None:
+        """A NACK, or an ACK in a transaction (held there until COMMIT)."""
+        message_id, nack, requeue = ack.message_id, ack.nack, ack.requeue
+        if ack.transaction is None:
             taken = self._take(subscription, message_id, nack, requeue)
-            changes = taken[2] if taken is not None else StoreTransaction()
-            self._store(changes, receipt)
+            receipts = () if ack.receipt is None else (ack.receipt,)
+            self._store(taken[2] if taken is not None else NOTHING, receipts)
             return
         manager = self.transactions
-        manager.check(self.owner, transaction, subscription.destination.domain)
+        manager.check(self.owner, ack.transaction, subscription.destination.domain)
         manager.hold_ack(
-            self.owner, transaction, lambda: self._take(subscription, message_id, nack, requeue)
+            self.owner, ack.transaction, lambda: self._take(subscription, message_id, nack, requeue)
         )
-        self.progress.answer(receipt)
+        self.progress.answer(ack.receipt)
+
+    def _settle(self, taken: dict[Subscription, list[Message]], receipts: list[str]) -> None:
+        """A run of plain ACKs took these messages from their consumers: each consumer is
+        settled once, the store told once, and the receipts answered once it is stored."""
+        changes = [self._settled(s, messages, False, True) for s, messages in taken.items()]
+        changes = [change for change in changes if not change.empty]
+        if not changes:
+            for receipt in receipts:
+                self.progress.answer(receipt)
+            return
+        self._store(changes[0] if len(changes) == 1 else StoreTransaction.merged(changes), receipts)
 
     def _take(
         self, subscription: Subscription, message_id: str, nack: bool, requeue: bool
@@ -372,42 +427,56 @@ class SessionSubscriptions:
         if subscription.unacked is None or message_id not in subscription.unacked:
             return None
         messages = subscription.take_acknowledged(message_id)
+        changes = self._settled(subscription, messages, nack, requeue)
+        return subscription, [] if nack else messages, changes
+
+    def _settled(
+        self, subscription: Subscription, messages: list[Message], nack: bool, requeue: bool
+    ) -> StoreTransaction:
+        """What ACKs or a NACK took from ``subscription`` leaves its window, is journaled
+        and counted (NACKed: delivered again, or dead-lettered); what the store must
+        change."""
+        subscription.release(messages)
         self.journal.acknowledgement(subscription, messages, nack, requeue)
         destination = subscription.destination
         if nack:
-            return subscription, [], destination.rejected(subscription, messages, requeue)
+            return destination.rejected(subscription, messages, requeue)
         subscription.acknowledged += len(messages)
         destination.count("acknowledged", messages)
-        return subscription, messages, destination.acknowledged(subscription, messages)
+        return destination.acknowledged(subscription, messages)
 
-    def _store(self, changes: StoreTransaction, receipt: str | None) -> None:
-        """Store what acknowledgements changed; ``receipt`` is answered once it is stored."""
+    def _store(self, changes: StoreTransaction, receipts: Sequence[str]) -> None:
+        """Store what acknowledgements changed; the ``receipts`` are answered once it is
+        stored."""
+        progress = self.progress
         persistence = self.persistence
         if persistence is None or changes.empty:
-            if receipt is not None:
-                self.progress.answer(receipt)
+            for receipt in receipts:
+                progress.answer(receipt)
             return
-        if receipt is None:
+        if not receipts:
             persistence.acknowledge(changes, None)
             return
-        self.progress.started()
-        persistence.acknowledge(changes, lambda: self.progress.done(receipt))
+        progress.started(len(receipts))
+
+        def stored() -> None:
+            for receipt in receipts:
+                progress.done(receipt)
+
+        persistence.acknowledge(changes, stored)
 
     def _find_delivery(self, message_id: str, name: str | None, nack: bool) -> Subscription:
         """The subscription an ACK/NACK refers to (see ``AckNaming``)."""
-        candidates: list[Subscription]
         naming = self.ack_naming
         if naming is _BY_NUMBER:
             found = self._by_number.get(name or "")
-            candidates = [found] if found is not None else []
         elif name is not None:
             found = self.by_id.get(name)
-            candidates = [found] if found is not None else []
         else:
-            candidates = list(self.by_id.values())
-        for subscription in candidates:
-            if subscription.unacked is not None and message_id in subscription.unacked:
-                return subscription
+            awaiting = (s for s in self.by_id.values() if s.unacked and message_id in s.unacked)
+            found = next(awaiting, None)
+        if found is not None and found.unacked is not None and message_id in found.unacked:
+            return found
         command = "NACK" if nack else "ACK"
         where = "on this connection"
         if naming is _BY_ID and name is not None:

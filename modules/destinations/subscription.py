@@ -388,7 +388,8 @@ class Subscription:
 
     def take_acknowledged(self, message_id: str) -> list[Message]:
         """Remove what an ACK/NACK of ``message_id`` covers (client mode: all written up to
-        it, in the order written).
+        it, in the order written); the caller frees their window slots (``release``), once
+        for the ACKs read together.
 
         The caller has checked that ``message_id`` is awaiting acknowledgement.
         """
@@ -408,7 +409,6 @@ class Subscription:
             for key in covered:
                 del order[key]
             messages = [unacked.pop(key) for key in covered]
-        self._release(messages)
         return messages
 
     def take_unacked(self) -> list[Message]:
@@ -419,7 +419,7 @@ class Subscription:
         self.unacked.clear()
         if self.written_order is not None:
             self.written_order.clear()
-        self._release(messages)
+        self.release(messages)
         return messages
 
     def take_unacked_of(self, destination: str) -> list[Message]:
@@ -432,10 +432,12 @@ class Subscription:
             del self.unacked[message.message_id]
             if self.written_order is not None:
                 self.written_order.pop(message.message_id, None)
-        self._release(messages)
+        self.release(messages)
         return messages
 
-    def _release(self, messages: list[Message]) -> None:
+    def release(self, messages: list[Message]) -> None:
+        """Acknowledged (or given back) deliveries leave the window and the unacknowledged
+        limit; the destination is woken if the consumer waited for room."""
         self.inflight_messages -= len(messages)
         self.inflight_bytes -= sum(m.size for m in messages)
         self.limit.acknowledged(len(messages))

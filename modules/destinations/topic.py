@@ -76,11 +76,13 @@ class Topic(Destination):
             self.services.expiry.expired(self.name, [message])
             return
         consumers = self.consumers
-        if (
-            not self.buffer
-            and message.size <= self.large
-            and all(s.ready_for(message) or s.skips(message) for s in consumers)
-        ):  # the common case: everyone keeps up, nothing is buffered
+        everyone = not self.buffer and message.size <= self.large
+        if everyone:  # a loop, not all() over a generator: this runs for every subscriber
+            for subscription in consumers:
+                if not (subscription.ready_for(message) or subscription.skips(message)):
+                    everyone = False
+                    break
+        if everyone:  # the common case: everyone keeps up, nothing is buffered
             stored = message.store_seq
             if not consumers and not stored:
                 self.services.journal.discarded((message,), NO_SUBSCRIBERS)

@@ -116,3 +116,38 @@ def test_ack_of_an_unknown_message_is_an_error(server):
     assert error.headers["message"] == "unknown message"
     assert error.headers["receipt-id"] == "a"
     assert client.wait_closed()
+
+
+def test_acks_read_together_act_in_order_up_to_a_refused_one(server):
+    """ACKs that arrive in one read act as one run: those before a refused one take
+    effect and are answered, the ERROR names the refused one, and those after it do not
+    act (their message goes to the next consumer)."""
+    client = RawClient(server.port)
+    client.connect()
+    client.send(b"SUBSCRIBE\nid:1\ndestination:/queue/ack-run\nack:client-individual\n\n\0")
+    fill(server.port, "/queue/ack-run", ["0", "1", "2"])
+    acks = [client.next_frame().headers["ack"] for _ in range(3)]
+    client.send(
+        b"".join(
+            f"ACK\nid:{ack}\nreceipt:{receipt}\n\n\0".encode()
+            for ack, receipt in [
+                (acks[0], "a0"),
+                (acks[1], "a1"),
+                ("nope@1", "bad"),
+                (acks[2], "a2"),
+            ]
+        )
+    )
+    frames = [client.next_frame() for _ in range(3)]
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [
+        ("RECEIPT", "a0"),
+        ("RECEIPT", "a1"),
+        ("ERROR", "bad"),
+    ]
+    assert frames[2].headers["message"] == "unknown message"
+    assert client.wait_closed()
+    again, recorder = connect(server.port)
+    _subscribed(again, recorder, "/queue/ack-run")
+    [message] = recorder.wait_for_messages(1)
+    assert (message.body, message.headers["redelivered"]) == ("2", "true")
+    assert not recorder.wait_until(lambda: len(recorder.messages) > 1, timeout=1.0)

@@ -15,7 +15,7 @@ from tests.defaults import EGRESS_LIMITS
 from tests.unit.net import Net
 from wiremq.modules.client.core_session import CoreSession, Login
 from wiremq.modules.client.egress import EVERYTHING, Egress
-from wiremq.modules.client.subscriptions import AckNaming, SubscribeRequest
+from wiremq.modules.client.subscriptions import AckNaming, Acknowledgement, SubscribeRequest
 from wiremq.modules.domains import require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
@@ -189,15 +189,54 @@ def test_an_acknowledgement_held_in_an_aborted_transaction_is_not_applied(make_n
     [message_id] = subscription.unacked
     subscriptions = consumer.session.subscriptions
     consumer.session.transactions.begin("tx", None)
-    subscriptions.acknowledge(message_id, "1", False, True, "tx", "held")
+    subscriptions.acknowledge([Acknowledgement(message_id, "1", False, True, "tx", "held")])
     consumer.session.abort("tx", "aborted")
     assert message_id in subscription.unacked
-    subscriptions.acknowledge(message_id, "1", False, True, None, "acked")
+    subscriptions.acknowledge([Acknowledgement(message_id, "1", False, True, None, "acked")])
     net.settle()
     assert message_id not in subscription.unacked
     assert [receipt for _, receipt in consumer.told] == ["held", "aborted", "acked"]
     with pytest.raises(Refused, match="unknown message"):
-        subscriptions.acknowledge(message_id, "1", False, True, None, None)
+        subscriptions.acknowledge([Acknowledgement(message_id, "1", False, True, None, None)])
+
+
+def test_acknowledgements_read_together_act_in_order_answered_once_stored(make_net):
+    """A run of plain ACKs is stored together and answered once stored; a NACK and an ACK in
+    a transaction in the middle act in their place (the NACKed message again, the held
+    ACK at COMMIT)."""
+    net = make_net(persistent=True)
+    consumer, producer = connected(net), connected(net)
+    consumer.subscribe("/queue/run", ack="client-individual")
+    producer.send("/queue/run", "0", "1", "2", "3", "4", **PERSISTENT)
+    [subscription] = consumer.session.subscriptions.by_id.values()
+    assert subscription.unacked is not None
+    ids = list(subscription.unacked)
+    consumer.session.transactions.begin("tx", None)
+    net.workers_held = True  # the store is slow: the receipts wait for it
+    consumer.session.subscriptions.acknowledge(
+        [
+            Acknowledgement(ids[0], "1", False, True, None, "r0"),
+            Acknowledgement(ids[4], "1", False, True, None, None),
+            Acknowledgement(ids[1], "1", True, True, None, None),
+            Acknowledgement(ids[2], "1", False, True, "tx", "held"),
+            Acknowledgement(ids[3], "1", False, True, None, "r3"),
+        ]
+    )
+    assert consumer.told == [("completed", "held")]
+    assert list(subscription.unacked) == [ids[2], ids[1]]  # the NACKed one went out again
+    net.workers_held = False
+    net.settle()
+    assert consumer.told == [("completed", "held"), ("completed", "r0"), ("completed", "r3")]
+    assert consumer.received() == ["0", "1", "2", "3", "4", "1"]
+    assert list(subscription.unacked) == [ids[2], ids[1]]
+    assert net.core.store.count("/queue/run")[0] == 2
+    consumer.session.transactions.commit("tx", "committed")
+    net.settle()
+    assert list(subscription.unacked) == [ids[1]]
+    assert net.core.store.count("/queue/run")[0] == 1
+    fates = net.queue("/queue/run").fates
+    assert (fates.acknowledged, fates.redelivered) == (4, 1)
+    assert subscription.acknowledged == 4 and subscription.inflight_messages == 1
 
 
 def test_a_watermark_stops_reading_the_session_until_it_clears(make_net):
