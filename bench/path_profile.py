@@ -16,17 +16,37 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py --ack client-individual
     .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
     .venv/bin/python bench/path_profile.py --journal            # with the audit journal
+    .venv/bin/python bench/path_profile.py --persistent         # a lone persistent producer
 
 With ``--journal`` the server's audit journal is on, written to the bench's
 temporary data folder; its worker runs inline after each read, so its encoding
 and writing count in the path's CPU as they count in the server's.
+
+With ``--persistent`` the path is the persistent one of a lone producer that
+waits for the receipt of each SEND (no consumer: the queue fills): the real
+store (the write-ahead log and its databases in the temporary data folder), the
+group commit, and the server's log writer, whose C sync thread writes and syncs
+each record while this thread waits for its report on a pipe, as the event loop
+does (never polling: ``WriteAheadLog.syncpoll`` 0). One message a read, so
+``--reads`` counts messages. The CPU is this thread's user time alone (the
+sync's system calls and the wait are not the path's Python). For an instruction
+count free of timing noise, run it twice under callgrind with different
+``--reads`` and ``--runs 1`` and divide the difference of the two totals by the
+difference of the messages (start-up and the profile cancel out)::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        .venv/bin/python bench/path_profile.py --persistent --runs 1 --reads 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import pstats
+import resource
+import select
+import shutil
 import tempfile
 import time
 from collections import deque
@@ -44,6 +64,8 @@ from wiremq.modules.flow.egress_queues import queue_limits
 from wiremq.modules.security.users import UsersFile
 from wiremq.server.cli import collect_less
 from wiremq.server.logging import configure_logging
+from wiremq.server.runtime import SyncThreadLogWriter
+from wiremq.server.stores import open_store
 
 READ = 300  # frames per socket read (a 64 KiB read of 128-byte messages holds about 300)
 BUDGET = 65536  # what the socket writer takes per drain (ClientEgress.tcptransmitbytes)
@@ -72,20 +94,68 @@ STEPS = [
         [],
     ),
     ("journal: files written", ("files.py", "write"), []),
+    (
+        "store: group commit (storage module)",
+        ("groupcommit.py", "_start"),
+        [("store.py", "commit")],
+    ),
+    ("store: decide and encode (begin)", ("messagestore.py", "begin"), []),
+    ("store: durable (finish)", ("store.py", "_finish"), [("groupcommit.py", "_finish")]),
+    ("store: committed -> on", ("storage.py", "_stored"), [("chain.py", "handle")]),
 ]
 
 
 class Runtime:
-    """Timers never fire; call_soon runs after each read, as the server's does."""
+    """Timers never fire; call_soon runs after each read, as the server's does.
 
-    def __init__(self) -> None:
+    With an outbox (a store is open), the server's log writer
+    (``runtime.SyncThreadLogWriter``: its C sync thread writes and syncs each record)
+    on no reactor: ``synced`` waits on its pipe and reports its writes, as the event
+    loop does; the event loop never polls (``sync_poll`` 0)."""
+
+    sync_poll = 0.0
+    sync_poll_holdoff = 0.0
+
+    def __init__(self, outbox: Outbox | None = None) -> None:
         self.soon: deque[Callable[[], None]] = deque()
+        self.reactor = self
+        if outbox is not None:
+            self.outbox = outbox
+            self.log: SyncThreadLogWriter | None = SyncThreadLogWriter(self)  # type: ignore[arg-type]
+        else:
+            self.log = None
+
+    def addReader(self, reader: object) -> None:  # noqa: N802 - the reactor's name
+        pass
+
+    def removeReader(self, reader: object) -> None:  # noqa: N802
+        pass
 
     def call_soon(self, function: Callable[[], None]) -> None:
         self.soon.append(function)
 
     def call_later(self, delay: float, function: Callable[[], None]) -> Runtime:
         return self
+
+    def after_writes(self, function: Callable[[], None]) -> None:
+        assert self.outbox is not None
+        self.outbox.wake(function)
+
+    def log_writer(self) -> SyncThreadLogWriter:
+        assert self.log is not None, "no store in this bench"
+        return self.log
+
+    def synced(self) -> None:
+        """Wait for the log's writes in hand (and those their reports start), reporting
+        each as the event loop does (its receipts then go out)."""
+        log = self.log
+        assert log is not None
+        drained: list[None] = []
+        log.drained().addCallback(drained.append)
+        while not drained:
+            select.select([log], [], [])
+            log.doRead()
+            self.run()
 
     def cancel(self) -> None:
         pass
@@ -97,9 +167,9 @@ class Runtime:
         return time.monotonic()
 
     def worker(self, name: str) -> Runtime:
-        if name not in ("login", "journal"):
+        if name not in ("login", "journal") and self.log is None:
             raise RuntimeError("no store in this bench")
-        return self  # logins are checked at once
+        return self  # logins are checked at once, store work (a new segment) too
 
     def submit(
         self, call: Callable[[], object], done: Callable[[object], None], failed: object
@@ -150,10 +220,13 @@ class Simulation:
 
     ``users``: a users file, the clients log in as a user who may read, write and create
     (not an admin: every permission is looked up); else none, and nothing is checked.
-    ``journal``: the audit journal on, in the data folder."""
+    ``journal``: the audit journal on, in the data folder; ``persistent``: the store too."""
 
-    def __init__(self, users: bool = False, journal: bool = False) -> None:
+    def __init__(
+        self, users: bool = False, journal: bool = False, persistent: bool = False
+    ) -> None:
         data = tempfile.mkdtemp(prefix="wiremq-path-profile-")
+        atexit.register(shutil.rmtree, data, True)  # the log alone is 64 MiB of segments
         self.login = b""
         if users:
             UsersFile(data).set("bench", "bench-pw", "viewer")
@@ -167,10 +240,12 @@ class Simulation:
                 "Server.datadir": data,
             },
         )
-        self.runtime = Runtime()
-        folder = Path(data) / "journal" if journal else None
-        self.core = Core(self.settings, self.runtime, None, default_pipelines(), folder)  # type: ignore[arg-type]
         self.outbox = Outbox()
+        self.runtime = Runtime(self.outbox if persistent else None)
+        folder = Path(data) / "journal" if journal else None
+        self.store = open_store(self.settings) if persistent else None
+        self.core = Core(self.settings, self.runtime, self.store, default_pipelines(), folder)  # type: ignore[arg-type]
+        self.core.restore()
         self.limits = queue_limits(EgressSettings.read(self.settings, "ClientEgress"))
 
     def client(self, name: str, writer: Callable[[Egress], object]) -> ClientConnection:
@@ -188,6 +263,12 @@ class Simulation:
         """One socket read of ``data``, then what it asked to run soon, then the writes."""
         connection.data_received(data, time.monotonic())
         self.runtime.run()
+        self.outbox.flush()
+        self.core.journal.flush()
+
+    def synced(self) -> None:
+        """Wait for the log's writes in hand, reporting each (its receipts then go out)."""
+        self.runtime.synced()
         self.outbox.flush()
         self.core.journal.flush()
 
@@ -211,6 +292,38 @@ def build(
     return run
 
 
+def build_persistent(destination: str, journal: bool = False) -> Callable[[int], None]:
+    """A lone producer of persistent messages that waits for each one's receipt."""
+    simulation = Simulation(journal=journal, persistent=True)
+    producer = simulation.client("producer", lambda e: Writer(e, False))
+    receipts = 0
+
+    def run(messages: int) -> None:
+        nonlocal receipts
+        for _ in range(messages):
+            receipts += 1
+            frame = (
+                (
+                    f"SEND\ndestination:{destination}\npersistent:true\nreceipt:{receipts}\n"
+                    "content-length:128\n\n"
+                ).encode()
+                + b"x" * 128
+                + b"\0"
+            )
+            simulation.read(producer, frame)
+            simulation.synced()
+        assert simulation.store is not None
+        stored = simulation.store.count(destination)[0]
+        assert stored == receipts, f"{stored} messages stored, {receipts} sent"
+
+    return run
+
+
+def user_time() -> float:
+    """This thread's user CPU time, in seconds."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_utime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -221,25 +334,51 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=300)
     parser.add_argument("--users", action="store_true", help="a users file; clients log in")
     parser.add_argument("--journal", action="store_true", help="with the audit journal on")
+    parser.add_argument(
+        "--persistent",
+        action="store_true",
+        help="a lone persistent producer waiting for each receipt, into the real store",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="measured runs (the best counts)")
+    parser.add_argument("--no-profile", action="store_true", help="the total alone")
     args = parser.parse_args()
     configure_logging("warning")
     destination = "/topic/t" if args.topic else "/queue/q"
-    run = build(destination, args.consumers, args.ack, args.users, args.journal)
+    if args.persistent:
+        run = build_persistent(destination, args.journal)
+        messages, clock = args.reads, user_time
+    else:
+        run = build(destination, args.consumers, args.ack, args.users, args.journal)
+        messages, clock = args.reads * READ, time.process_time
     run(20)  # warm-up
     collect_less()  # as the server does
-    messages = args.reads * READ
     best = float("inf")
-    for _ in range(5):
-        started = time.process_time()
+    for _ in range(args.runs):
+        started = clock()
         run(args.reads)
-        best = min(best, time.process_time() - started)
+        best = min(best, clock() - started)
     total = best / messages * 1e6
     kind = "topic" if args.topic else "queue"
     who = ", clients logged in" if args.users else ""
     journal = ", journal on" if args.journal else ""
-    print(f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}{journal}:")
-    print(f"  whole path: {total:.2f} us CPU per message (best of 5 runs of {messages:,})")
-    profile = cProfile.Profile()
+    if args.persistent:
+        print(f"{kind}, persistent, a lone producer waiting for each receipt{journal}:")
+        print(
+            f"  whole path: {total:.2f} us user CPU per message "
+            f"(best of {args.runs} runs of {messages:,})"
+        )
+    else:
+        print(
+            f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}{journal}:"
+        )
+        print(
+            f"  whole path: {total:.2f} us CPU per message "
+            f"(best of {args.runs} runs of {messages:,})"
+        )
+    if args.no_profile:
+        return
+    # Persistent: this thread's time, not the waits for the sync thread.
+    profile = cProfile.Profile(time.thread_time) if args.persistent else cProfile.Profile()
     profile.runcall(run, args.reads)
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     whole = sum(tottime for _, _, tottime, _, _ in stats.values())

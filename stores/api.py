@@ -145,18 +145,15 @@ class LogWrite:
     A record comes in parts so that a large message's body is written from the bytes
     the server holds rather than from a copy joined to the rest (``stores/bodies``).
     ``fd`` is -1 (and ``offset`` 0) if the record needs a new file first, which only
-    ``MessageStore.write`` can start.
+    ``MessageStore.write`` can start. ``size`` is the record's length in bytes (its
+    parts' together).
     """
 
     lsn: int
     parts: tuple[bytes, ...]
     fd: int
     offset: int
-
-    @property
-    def size(self) -> int:
-        """The record's length in bytes."""
-        return sum(len(part) for part in self.parts)
+    size: int
 
     @property
     def in_place(self) -> bool:

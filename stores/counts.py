@@ -1,39 +1,20 @@
 """Committed message and byte counts, readable from any thread without a transaction.
 
-The persistent counters of each log in a store's ``LogSet`` are the truth and
-survive a reopen; this mirror of them is replaced only after a commit returns, so a
-watermark check on the reactor thread sees committed figures and never
-touches ZODB.
+The store's in-memory state (``walstate.StoreState``) publishes what a commit
+changed here only once its record is durable, so a watermark check on the
+event loop sees committed figures and never touches ZODB.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-
-from .model import LogSet
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Counts:
+class Counts(NamedTuple):
+    """A tuple, so that ``MessageStore.count`` and ``totals`` hand it out as it is."""
+
     messages: int = 0
     bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class CountSnapshot:
-    destinations: dict[str, Counts]
-
-    @classmethod
-    def of(cls, logs: LogSet, destinations: Iterable[str]) -> CountSnapshot:
-        """Read counts inside a transaction, to publish once it has committed.
-
-        Names without a log (a topic message nobody stored) are left out.
-        """
-        found = {name: logs.logs.get(name) for name in destinations}
-        return cls(
-            {name: Counts(log.count, log.bytes) for name, log in found.items() if log is not None}
-        )
 
 
 _NONE = Counts()
@@ -50,26 +31,24 @@ class CountMirror:
 
     def __init__(self) -> None:
         self._destinations: dict[str, Counts] = {}
-        self._total = Counts()
+        self.total = Counts()  # of every destination (replaced whole: any thread reads it)
 
-    def publish(self, snapshot: CountSnapshot) -> None:
+    def publish(self, changed: dict[str, Counts]) -> None:
+        """The counts of the destinations a commit changed."""
         old = self._destinations
-        messages, nbytes = self._total.messages, self._total.bytes
-        for name, counts in snapshot.destinations.items():
-            before = old.get(name, _NONE)
-            messages += counts.messages - before.messages
-            nbytes += counts.bytes - before.bytes
-        if snapshot.destinations.keys() <= old.keys():
-            old.update(snapshot.destinations)
+        messages, nbytes = self.total
+        for name, (now_messages, now_bytes) in changed.items():
+            before_messages, before_bytes = old.get(name, _NONE)
+            messages += now_messages - before_messages
+            nbytes += now_bytes - before_bytes
+        if changed.keys() <= old.keys():
+            old.update(changed)
         else:
-            self._destinations = {**old, **snapshot.destinations}
-        self._total = Counts(messages, nbytes)
+            self._destinations = {**old, **changed}
+        self.total = Counts(messages, nbytes)
 
     def destinations(self) -> list[str]:
         return sorted(self._destinations)
 
     def get(self, destination: str) -> Counts:
         return self._destinations.get(destination, _NONE)
-
-    def total(self) -> Counts:
-        return self._total

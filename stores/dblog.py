@@ -106,7 +106,8 @@ class DatabaseLog:
 
     def place(self, payload: Sequence[bytes]) -> LogWrite:
         """The next record, whole (a row holds it as one value); written by ``write``."""
-        return LogWrite(self._next_lsn, (b"".join(payload),), -1, 0)
+        record = b"".join(payload)
+        return LogWrite(self._next_lsn, (record,), -1, 0, len(record))
 
     def write(self, write: LogWrite) -> None:
         """Make a placed record durable in the table, trying again until the database

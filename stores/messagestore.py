@@ -431,12 +431,10 @@ class WalStore:
         return self._state.subscriptions()
 
     def count(self, destination: str) -> tuple[int, int]:
-        counts = self._state.count(destination)
-        return counts.messages, counts.bytes
+        return self._state.count(destination)
 
     def totals(self, prefix: str) -> tuple[int, int]:
-        counts = self._state.totals(prefix)
-        return counts.messages, counts.bytes
+        return self._state.totals(prefix)
 
     def destinations(self, prefix: str) -> list[str]:
         return self._state.destinations(prefix)

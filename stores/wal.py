@@ -273,7 +273,8 @@ class WriteAheadLog:
         """
         if self._failed:
             raise StoreError(f"the write-ahead log failed earlier ({self._failed}); restart")
-        write = LogWrite(self._next_lsn, encode_record(self._next_lsn, payload), -1, 0)
+        parts = encode_record(self._next_lsn, payload)
+        write = LogWrite(self._next_lsn, parts, -1, 0, sum(map(len, parts)))
         if self._offset + write.size <= self._segment.size:
             write.fd, write.offset = self._fd, self._offset
         return write

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .api import QUEUE_PREFIX, TOPIC_PREFIX, Committed, Position, StoreTransaction
-from .counts import CountMirror, Counts, CountSnapshot
+from .counts import CountMirror, Counts
 from .durable import SubscriptionInfo, SubscriptionKey
 from .errors import StoreError
 from .model import MessageBlock
@@ -212,11 +212,15 @@ class StoreState:
         return dict(self._last_seq)
 
     def count(self, destination: str) -> Counts:
-        return self._mirror(destination).get(destination)
+        if destination.startswith(QUEUE_PREFIX):
+            return self._queue_counts.get(destination)
+        return self._topic_counts.get(destination)
 
     def totals(self, prefix: str) -> Counts:
-        if prefix in (QUEUE_PREFIX, TOPIC_PREFIX):
-            return self._mirror(prefix).total()
+        if prefix == QUEUE_PREFIX:  # read on every persistent SEND and commit
+            return self._queue_counts.total
+        if prefix == TOPIC_PREFIX:
+            return self._topic_counts.total
         found = [self.count(name) for name in self.destinations(prefix)]
         return Counts(sum(c.messages for c in found), sum(c.bytes for c in found))
 
@@ -240,23 +244,35 @@ class StoreState:
     ) -> Committed:
         """Apply one transaction to the state; appends its operations to ``ops``, the way
         back to ``undo`` (run it backwards) and what it changed to ``touched``."""
-        subscriptions = tuple(
-            [
-                self._subscribe(key, topic, selector, ops, undo, touched)
-                for key, topic, selector in txn.subscribes
-            ]
-        )
+        # Each kind is looked at only if the transaction has some (most have one kind):
+        # a comprehension costs a call even over nothing.
+        subscriptions: tuple[tuple[SubscriptionInfo, bool], ...] = ()
+        if txn.subscribes:
+            subscriptions = tuple(
+                [
+                    self._subscribe(key, topic, selector, ops, undo, touched)
+                    for key, topic, selector in txn.subscribes
+                ]
+            )
         for key in txn.unsubscribes:
             if key in self._subs:
                 self._unsubscribe(key, ops, undo, touched)
-        positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
-        removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
-        moved = tuple(
-            [
-                self._append(m, ops, undo, touched) if self._remove(p, ops, undo, touched) else None
-                for p, m in txn.moves
-            ]
-        )
+        positions: tuple[int | None, ...] = ()
+        if txn.appends:
+            positions = tuple([self._append(m, ops, undo, touched) for m in txn.appends])
+        removed: tuple[Position, ...] = ()
+        if txn.removals:
+            removed = tuple([p for p in txn.removals if self._remove(p, ops, undo, touched)])
+        moved: tuple[int | None, ...] = ()
+        if txn.moves:
+            moved = tuple(
+                [
+                    self._append(m, ops, undo, touched)
+                    if self._remove(p, ops, undo, touched)
+                    else None
+                    for p, m in txn.moves
+                ]
+            )
         if txn.acknowledgements:
             acknowledged = {
                 topic
@@ -279,9 +295,9 @@ class StoreState:
                 counts = Counts(index.count, index.bytes)
                 (queues if name.startswith(QUEUE_PREFIX) else topics)[name] = counts
         if queues:
-            self._queue_counts.publish(CountSnapshot(queues))
+            self._queue_counts.publish(queues)
         if topics:
-            self._topic_counts.publish(CountSnapshot(topics))
+            self._topic_counts.publish(topics)
         if touched.keys:
             self._publish_subscriptions(touched.keys)
 
@@ -450,9 +466,6 @@ class StoreState:
         if index is None:
             index = self._indexes[destination] = LiveIndex()
         return index
-
-    def _mirror(self, destination: str) -> CountMirror:
-        return self._queue_counts if destination.startswith(QUEUE_PREFIX) else self._topic_counts
 
     def _members_discard(self, topic: str, key: SubscriptionKey) -> None:
         members = self._members.get(topic)

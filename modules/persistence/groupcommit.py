@@ -139,5 +139,5 @@ class GroupCommit(Generic[I, R]):
                 call()
         if self._open:
             self._close()  # the previous commit finished: the open batch closes
-        else:
+        elif self._closed:
             self._start()

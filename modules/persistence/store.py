@@ -155,7 +155,8 @@ class StoreWriter:
         for (_, done, _), result in zip(work, results, strict=True):
             done(result)
         self.runtime.after_writes(tell)
-        self._next()
+        if self._waiting and not self._running:  # a callback may have started one
+            self._start()
 
     def _next(self) -> None:
         if self._waiting and not self._running:
@@ -227,10 +228,16 @@ class Persistence:
         """How to tell ``on_changed`` the destinations whose stored counts the commit may
         have changed. The topics of the durable subscriptions it acknowledged or removed
         are looked up now, before the callbacks change the registry; the rest when told."""
+        # Each kind is looked at only if a transaction has some (most have one kind): a
+        # generator costs a call even over nothing, and this runs for every commit.
         topics: set[str] = set()
         for transaction in transactions:
-            acknowledged = (*transaction.acknowledgements, *transaction.single_acknowledgements)
-            for key in (*transaction.unsubscribes, *(k for k, _ in acknowledged)):
+            keys = list(transaction.unsubscribes)
+            if transaction.acknowledgements:
+                keys += [key for key, _ in transaction.acknowledgements]
+            if transaction.single_acknowledgements:
+                keys += [key for key, _ in transaction.single_acknowledgements]
+            for key in keys:
                 topic = self.durables.get(key)
                 if topic is not None:
                     topics.add(topic)
@@ -238,11 +245,14 @@ class Persistence:
         def tell() -> None:
             names = topics
             for transaction in transactions:
-                names.update(m.destination for m in transaction.appends)
-                names.update(name for name, _ in transaction.removals)
+                for message in transaction.appends:
+                    names.add(message.destination)
+                for name, _ in transaction.removals:
+                    names.add(name)
                 for (source, _), copy in transaction.moves:
                     names.update((source, copy.destination))
-                names.update(topic for _, topic, _ in transaction.subscribes)
+                for _, topic, _ in transaction.subscribes:
+                    names.add(topic)
             self.on_changed(names)
 
         return tell

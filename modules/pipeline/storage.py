@@ -46,7 +46,7 @@ class StorageModule(PipelineModule):
 
         def commit(batch: list[Message], done, failed) -> None:  # type: ignore[no-untyped-def]
             now_ms = runtime.now_ms()
-            appends = tuple(m.to_stored(now_ms) for m in batch)
+            appends = tuple([m.to_stored(now_ms) for m in batch])
             persistence.commit(StoreTransaction(appends=appends), done, failed)
 
         self.buffer = GroupCommit(
