@@ -17,10 +17,16 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py --users   # clients log in; permissions checked
     .venv/bin/python bench/path_profile.py --journal            # with the audit journal
     .venv/bin/python bench/path_profile.py --persistent         # a lone persistent producer
+    .venv/bin/python bench/path_profile.py --lone --reads 20000  # one SEND a read
 
 With ``--journal`` the server's audit journal is on, written to the bench's
 temporary data folder; its worker runs inline after each read, so its encoding
 and writing count in the path's CPU as they count in the server's.
+
+With ``--lone`` each read holds one SEND (``--reads`` counts messages): the
+round trip's path, a message read alone through to its MESSAGE written, where
+what is paid per read (the session's event list, the connection's submit, the
+readiness checks, the egress flush) is paid per message.
 
 With ``--persistent`` the path is the persistent one of a lone producer that
 waits for the receipt of each SEND (no consumer: the queue fills): the real
@@ -274,8 +280,14 @@ class Simulation:
 
 
 def build(
-    destination: str, consumers: int, ack: str, users: bool = False, journal: bool = False
+    destination: str,
+    consumers: int,
+    ack: str,
+    users: bool = False,
+    journal: bool = False,
+    frames: int = READ,
 ) -> Callable[[int], None]:
+    """Reads of ``frames`` SENDs each by one producer, to ``consumers`` consumers."""
     simulation = Simulation(users, journal)
     for n in range(consumers):
         subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
@@ -283,7 +295,7 @@ def build(
         simulation.read(consumer, subscribe)
     producer = simulation.client("producer", lambda e: Writer(e, False))
     frame = f"SEND\ndestination:{destination}\ncontent-length:128\n\n".encode() + b"x" * 128
-    chunk = (frame + b"\0") * READ
+    chunk = (frame + b"\0") * frames
 
     def run(reads: int) -> None:
         for _ in range(reads):
@@ -332,6 +344,9 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=1)
     parser.add_argument("--ack", default="auto", choices=("auto", "client-individual"))
     parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument(
+        "--lone", action="store_true", help="one SEND a read (the round trip's path)"
+    )
     parser.add_argument("--users", action="store_true", help="a users file; clients log in")
     parser.add_argument("--journal", action="store_true", help="with the audit journal on")
     parser.add_argument(
@@ -348,8 +363,9 @@ def main() -> None:
         run = build_persistent(destination, args.journal)
         messages, clock = args.reads, user_time
     else:
-        run = build(destination, args.consumers, args.ack, args.users, args.journal)
-        messages, clock = args.reads * READ, time.process_time
+        frames = 1 if args.lone else READ
+        run = build(destination, args.consumers, args.ack, args.users, args.journal, frames)
+        messages, clock = args.reads * frames, time.process_time
     run(20)  # warm-up
     collect_less()  # as the server does
     best = float("inf")
@@ -368,8 +384,10 @@ def main() -> None:
             f"(best of {args.runs} runs of {messages:,})"
         )
     else:
+        lone = ", one SEND a read" if args.lone else ""
         print(
-            f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies{who}{journal}:"
+            f"{kind}, {args.consumers} consumer(s), ack {args.ack}, 128-byte bodies"
+            f"{lone}{who}{journal}:"
         )
         print(
             f"  whole path: {total:.2f} us CPU per message "
