@@ -215,12 +215,14 @@ class ClientConnection:
                 self._hold(events[index + 1 :])
                 return
         self._submit()
-        decoder = self.session.decoder
+        session = self.session
+        decoder = session.decoder
         buffered = decoder.buffered
         self.services.unfinished.held(core.reading, buffered)
         if buffered and decoder.completed != self._checked:
             self._check_memory()
-        self._check_connect_size()
+        if session.version is None:
+            self._check_connect_size()
 
     def _check_memory(self) -> None:
         """MemWatch's check before a large frame is read (once per frame)."""
@@ -241,9 +243,8 @@ class ClientConnection:
 
     def _check_connect_size(self) -> None:
         """Until CONNECT is read, a client may only make the server hold a little."""
-        session = self.session
         limit = self.services.bounds.maxconnectsize
-        if session.version is None and session.decoder.buffered > limit:
+        if self.session.decoder.buffered > limit:
             self.fail(
                 ProtocolError(
                     "connect frame too large", f"a CONNECT frame may take at most {limit} bytes"

@@ -95,7 +95,7 @@ class FrameDecoder:
         self.limits = limits
         self.version: str | None = None
         self._chunks: list[bytes] = []
-        self._buffered = 0
+        self.buffered = 0  # bytes held for a frame not yet complete (read after every read)
         self._needed = 0  # bytes required before the pending frame can complete
         self._scanned = 0  # bytes of the pending frame already searched
         self._pending: _PendingFrame | None = None
@@ -111,18 +111,13 @@ class FrameDecoder:
         self.discarded = 0
 
     @property
-    def buffered(self) -> int:
-        """Bytes held for a frame not yet complete."""
-        return self._buffered
-
-    @property
     def pending_size(self) -> int:
         """The body size of the frame not yet complete: its content-length when its head
         is read and says so, else the bytes held for it so far (0: none pending)."""
         pending = self._pending
         if pending is not None and pending.length is not None:
             return pending.length
-        return self._buffered
+        return self.buffered
 
     def discard(self, data: bytes) -> None:
         """Throw away bytes that follow an error: the rest of a frame refused for its size
@@ -160,12 +155,12 @@ class FrameDecoder:
             data = rest
         if self._chunks:
             self._chunks.append(data)
-            self._buffered += len(data)
-            if self._buffered < self._needed:
+            self.buffered += len(data)
+            if self.buffered < self._needed:
                 return
             pending = self._pending
             if pending is not None and pending.length is None and b"\0" not in data:
-                self._check_body_size(self._buffered - pending.body_start, UNTIL_NUL)
+                self._check_body_size(self.buffered - pending.body_start, UNTIL_NUL)
                 return
             buf = b"".join(self._chunks)
             self._chunks = []
@@ -233,7 +228,8 @@ class FrameDecoder:
             self._needed = 0
             if self.version is None:
                 break
-        self._keep_tail(buf, pos, end)
+        if pos < end or self.buffered or self._scanned:  # else nothing is held, nothing kept
+            self._keep_tail(buf, pos, end)
 
     def _start_body(self, pending: _PendingFrame, buf: bytes, pos: int, end: int) -> None:
         """Make the pending frame (from ``pos``) a body and copy into it what ``buf`` holds
@@ -243,7 +239,7 @@ class FrameDecoder:
         self._filled = fill(body, 0, memoryview(buf)[pending.body_start : end])
         self._head_size = pending.body_start - pos
         self._chunks = []
-        self._buffered = self._head_size + self._filled
+        self.buffered = self._head_size + self._filled
         self._scanned = 0
         self._needed = 0
 
@@ -255,7 +251,7 @@ class FrameDecoder:
         assert body is not None and pending is not None
         used = fill(body, self._filled, data)
         self._filled += used
-        self._buffered = self._head_size + self._filled
+        self.buffered = self._head_size + self._filled
         if self._filled < len(body) or used == len(data):
             return None  # more body to come, or its NUL
         if data[used] != 0:
@@ -265,20 +261,20 @@ class FrameDecoder:
         frames.append(Frame(pending.command, pending.headers, body))
         self._body = None
         self._pending = None
-        self._filled = self._buffered = 0
+        self._filled = self.buffered = 0
         return data[used + 1 :]
 
     def _keep_tail(self, buf: bytes, pos: int, end: int) -> None:
         """Keep the bytes of the incomplete frame, with offsets made relative to its start."""
         if pos >= end:
-            self._buffered = 0
+            self.buffered = 0
             self._pending = None
             self._scanned = 0
             self._needed = 0
             return
         tail = buf[pos:] if pos else buf
         self._chunks = [tail]
-        self._buffered = len(tail)
+        self.buffered = len(tail)
         self._scanned = max(0, self._scanned - pos)
         if self._pending is not None:
             self._pending = self._pending._replace(body_start=self._pending.body_start - pos)

@@ -121,10 +121,21 @@ class StompSession:
             return []
         self.last_received = now
         events: list[Request] = []
-        frames = self._decode(data, events)
-        if self.version is None and frames:
+        while True:  # once, but for a CONNECT: the decoder stops after it (see below)
+            try:
+                frames = self.decoder.feed(data)
+            except ProtocolError as error:
+                events.append(self._bad(None, error))
+                frames = []
+            if self.version is not None or not frames:
+                break
+            # Until CONNECT is read the decoder returns one frame at a time, for the
+            # version it negotiates decides how the rest is decoded.
             events.append(self._request(frames[0], self._connect))
-            frames = self._decode(b"", events) if self.reading else []
+            if not self.reading:
+                frames = []
+                break
+            data = b""
         requests = self._requests
         append = events.append
         frame = None
@@ -148,13 +159,6 @@ class StompSession:
         if error is not None and self.reading:
             events.append(self._bad(None, error))
         return events
-
-    def _decode(self, data: bytes, events: list[Request]) -> list[Frame]:
-        try:
-            return self.decoder.feed(data)
-        except ProtocolError as error:
-            events.append(self._bad(None, error))
-            return []
 
     def _request(self, frame: Frame, action: Callable[[Frame], Request]) -> Request:
         try:
