@@ -90,16 +90,17 @@ class SocketWriter:
             return
         if self.streaming is not None and not self._stream():
             return  # the rest of a large frame goes first; on once the transport drains
-        if queues.pending:
-            if self._empty():
-                self._write(egress.write_out(self.bound))
-                if queues.pending and self.streaming is None:
-                    self._write(egress.write_out(self.bound))  # the next bound's worth waits
-            else:
-                self._write(egress.write_out(self.bound))
+        if queues.nonempty:  # (``pending``, read as its field: this runs for every burst)
+            empty = self._empty()
+            self._write(egress.write_out(self.bound), empty)
+            pending = queues.nonempty
+            if pending and empty and self.streaming is None:
+                # Sent at once: the next bound's worth waits in the transport.
+                self._write(egress.write_out(self.bound), self._empty())
+                pending = queues.nonempty
             if self.streaming is not None:
                 return
-            if queues.pending:  # more than one bound's worth: go on once written
+            if pending:  # more than one bound's worth: go on once written
                 if not egress.queued:
                     egress.queued = True
                     egress.outbox.ready.append(egress)
@@ -112,13 +113,14 @@ class SocketWriter:
         transport = self.transport
         return self.direct and not transport.dataBuffer and not transport._tempDataBuffer
 
-    def _write(self, parts: list[bytes]) -> None:
-        """Write the frames' bytes; a last part larger than the bound is streamed."""
+    def _write(self, parts: list[bytes], empty: bool) -> None:
+        """Write the frames' bytes (to the socket at once if the transport is ``empty``); a
+        last part larger than the bound is streamed."""
         large = len(parts[-1]) > self.bound if parts else False
         if large:
             self.streaming = memoryview(parts.pop())
         if parts:
-            if self._empty():
+            if empty:
                 self._send(parts)
             else:
                 self.transport.writeSequence(parts)
