@@ -165,18 +165,25 @@ class Queue(Destination):
     def dispatch(self) -> None:
         """Hand waiting messages to ready consumers, the plain or the selective way; stored
         messages of a higher priority than any in memory are read first."""
+        backlog = self.backlog
         if self.selective:
             deliver = bool(self.consumers) and not (
-                self.backlog.after is not None and self._higher_in_store()
+                backlog.after is not None and self._higher_in_store()
             )
-            self._dispatched(self.selective_dispatch.dispatch(deliver))
-            return
-        if not self.consumers:
+            expired = self.selective_dispatch.dispatch(deliver)
+        elif not self.consumers:
             self.counts.report_volatile()
             return
-        if self.backlog.after is not None and self._higher_in_store():
+        elif backlog.after is not None and self._higher_in_store():
             return
-        self._dispatched(self.plain_dispatch.dispatch())
+        else:
+            expired = self.plain_dispatch.dispatch()
+        self.counts.report_volatile()
+        self.last_dispatch = self.services.runtime.monotonic()
+        if expired:
+            self.sweeps.expired(expired)
+        if backlog.after is not None and not backlog.read_under_way:
+            self._read_more()
 
     def _higher_in_store(self) -> bool:
         """Whether the store holds messages of a higher priority than any waiting in
@@ -187,14 +194,6 @@ class Queue(Destination):
         if not self.backlog.read_under_way:
             self._read_more()
         return True
-
-    def _dispatched(self, expired: list[Message]) -> None:
-        self.counts.report_volatile()
-        self.last_dispatch = self.services.runtime.monotonic()
-        if expired:
-            self.sweeps.expired(expired)
-        if self.backlog.after is not None and not self.backlog.read_under_way:
-            self._read_more()
 
     def _read_more(self) -> None:
         """Read from the store what consumers need next, if there are consumers."""
