@@ -124,8 +124,8 @@ class StompSession:
         while True:  # once, but for a CONNECT: the decoder stops after it (see below)
             try:
                 frames = self.decoder.feed(data)
-            except ProtocolError as error:
-                events.append(self._bad(None, error))
+            except ProtocolError as refusal:
+                events.append(self._bad(None, refusal))
                 frames = []
             if self.version is not None or not frames:
                 break
