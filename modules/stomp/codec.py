@@ -95,7 +95,7 @@ class FrameDecoder:
         self.limits = limits
         self.version: str | None = None
         self._chunks: list[bytes] = []
-        self.buffered = 0  # bytes held for a frame not yet complete (read after every read)
+        self.buffered = 0  # bytes held for a frame not yet complete (a field: read per read)
         self._needed = 0  # bytes required before the pending frame can complete
         self._scanned = 0  # bytes of the pending frame already searched
         self._pending: _PendingFrame | None = None
