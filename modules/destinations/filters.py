@@ -8,26 +8,32 @@ of that list whatever waits before it that it does not select: a queue
 never scans its backlog for a consumer. Consumers without a selector share
 the queue's ``everyone`` filter, whose list is the queue's home list itself.
 
-``Matcher`` says which filters a message matches. A selector whose top level
-requires ``name = literal`` is indexed by that header's value, so that a
-message is tested only against the selectors that can match it: a hundred
-consumers that each select one ``shard`` cost one dictionary look-up per
-message, not a hundred evaluations.
+``Matcher`` says which filters a message matches, in one function it
+generates from its selectors' compiled expressions whenever a filter comes or
+goes: a message costs one call, not one per selector. A selector whose top
+level requires ``name = literal`` is indexed by that header's value: while a
+header indexes at most ``INLINE`` selectors they are tested inline one after
+the other (each tests its own equality first), beyond that the function looks
+the header's value up, so that a message is tested only against the
+selectors that can match it: a hundred consumers that each select one
+``shard`` cost one dictionary look-up per message, not a hundred evaluations.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.selector import Selector
-from wiremq.modules.selector.values import number
+from wiremq.modules.selector.compiler import define
 
 if TYPE_CHECKING:
     from wiremq.modules.message import Message
 
 Consumer = TypeVar("Consumer")  # a queue's subscription (a filter only lists them)
+INLINE = 8  # a header indexing up to this many selectors has them tested inline
 
 
 class Filter(Generic[Consumer]):
@@ -59,6 +65,8 @@ class Matcher:
         # header name -> (filters by the text it must equal, filters by the number)
         self.indexed: dict[str, tuple[dict[str, list[Filter]], dict[object, list[Filter]]]] = {}
         self.others: list[Filter] = []
+        # message -> the filters whose selector is TRUE for it
+        self.matching: Callable[[Message], list[Filter]] = self._compiled()
 
     def add(self, filter_: Filter) -> None:
         table = self._table(filter_)
@@ -66,18 +74,20 @@ class Matcher:
             self.others.append(filter_)
         else:
             table[1].setdefault(table[2], []).append(filter_)
+        self.matching = self._compiled()
 
     def remove(self, filter_: Filter) -> None:
         table = self._table(filter_)
         if table is None:
             self.others.remove(filter_)
-            return
-        name, filters, value = table
-        filters[value].remove(filter_)
-        if not filters[value]:
-            del filters[value]
-        if not any(self.indexed[name]):
-            del self.indexed[name]
+        else:
+            name, filters, value = table
+            filters[value].remove(filter_)
+            if not filters[value]:
+                del filters[value]
+            if not any(self.indexed[name]):
+                del self.indexed[name]
+        self.matching = self._compiled()
 
     def _table(self, filter_: Filter) -> tuple[str, dict[Any, list[Filter]], Any] | None:
         """Where ``filter_`` is indexed: its header, the table by text or by number, and
@@ -90,24 +100,45 @@ class Matcher:
         by_text, by_number = self.indexed.setdefault(name, ({}, {}))
         return name, by_text if isinstance(value, str) else by_number, value
 
-    def matching(self, message: Message) -> list[Filter]:
-        """The filters whose selector is TRUE for ``message``."""
-        found = []
-        headers = message.headers
-        for name, (by_text, by_number) in self.indexed.items():
-            text = headers.get(name)
-            if text is None:
+    def _compiled(self) -> Callable[[Message], list[Filter]]:
+        """The function of a message that lists the filters it matches: the selectors of
+        a header indexing few and the unindexed ones inline, in turn; a look-up of the
+        header's value for the others (see the module docstring)."""
+        lines = []
+        names: dict[str, object] = {}
+
+        def inline(filter_: Filter) -> None:
+            selector = filter_.selector
+            assert selector is not None
+            name = f"_filter{len(names)}"
+            names[name] = filter_
+            names.update(selector.constants)
+            lines.append(f"    if {selector.expression}:\n        found.append({name})")
+
+        for index, (header, (by_text, by_number)) in enumerate(self.indexed.items()):
+            filters = [f for table in (by_text, by_number) for fs in table.values() for f in fs]
+            if len(filters) <= INLINE:
+                for filter_ in filters:
+                    inline(filter_)
                 continue
-            for filter_ in by_text.get(text, ()):
-                if filter_.match(message):  # type: ignore[misc]
-                    found.append(filter_)
+            names[f"_by_text{index}"], names[f"_by_number{index}"] = by_text, by_number
+            lines.append(
+                f"    value = h.get({header!r})\n"
+                "    if value is not None:\n"
+                f"        for filter_ in _by_text{index}.get(value, ()):\n"
+                "            if filter_.match(m):\n"
+                "                found.append(filter_)"
+            )
             if by_number:
-                value = number(text)
-                if value is not None:
-                    for filter_ in by_number.get(value, ()):
-                        if filter_.match(message):  # type: ignore[misc]
-                            found.append(filter_)
+                lines.append(
+                    "        value = _number(value)\n"
+                    "        if value is not None:\n"
+                    f"            for filter_ in _by_number{index}.get(value, ()):\n"
+                    "                if filter_.match(m):\n"
+                    "                    found.append(filter_)"
+                )
         for filter_ in self.others:
-            if filter_.match(message):  # type: ignore[misc]
-                found.append(filter_)
-        return found
+            inline(filter_)
+        body = "".join(f"{line}\n" for line in lines)
+        source = f"def matching(m):\n    h = m.headers\n    found = []\n{body}    return found\n"
+        return define(source, "matching", names)  # type: ignore[no-any-return]
