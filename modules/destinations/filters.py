@@ -8,15 +8,14 @@ of that list whatever waits before it that it does not select: a queue
 never scans its backlog for a consumer. Consumers without a selector share
 the queue's ``everyone`` filter, whose list is the queue's home list itself.
 
-``Matcher`` says which filters a message matches, in one function it
-generates from its selectors' compiled expressions whenever a filter comes or
-goes: a message costs one call, not one per selector. A selector whose top
-level requires ``name = literal`` is indexed by that header's value: while a
-header indexes at most ``INLINE`` selectors they are tested inline one after
-the other (each tests its own equality first), beyond that the function looks
-the header's value up, so that a message is tested only against the
-selectors that can match it: a hundred consumers that each select one
-``shard`` cost one dictionary look-up per message, not a hundred evaluations.
+``Matcher`` says which filters a message matches. While a queue has at most
+``INLINE`` selectors, in one function it generates from their compiled
+expressions whenever a filter comes or goes: a message costs one call, not
+one per selector. With more, a selector whose top level requires
+``name = literal`` is indexed by that header's value, so that a message is
+tested only against the selectors that can match it: a hundred consumers
+that each select one ``shard`` cost one dictionary look-up per message, not
+a hundred evaluations (and a subscription compiles nothing more).
 """
 
 from __future__ import annotations
@@ -28,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.selector import Selector
 from wiremq.modules.selector.compiler import define
+from wiremq.modules.selector.values import number
 
 if TYPE_CHECKING:
     from wiremq.modules.message import Message
 
 Consumer = TypeVar("Consumer")  # a queue's subscription (a filter only lists them)
-INLINE = 8  # a header indexing up to this many selectors has them tested inline
+INLINE = 8  # up to this many selectors on a queue are tested inline, in one function
 
 
 class Filter(Generic[Consumer]):
@@ -101,44 +101,50 @@ class Matcher:
         return name, by_text if isinstance(value, str) else by_number, value
 
     def _compiled(self) -> Callable[[Message], list[Filter]]:
-        """The function of a message that lists the filters it matches: the selectors of
-        a header indexing few and the unindexed ones inline, in turn; a look-up of the
-        header's value for the others (see the module docstring)."""
+        """The function of a message that lists the filters it matches: every selector
+        inline, in turn, while there are at most ``INLINE``; else ``_indexed``."""
+        filters = [
+            *(
+                f
+                for tables in self.indexed.values()
+                for t in tables
+                for fs in t.values()
+                for f in fs
+            ),
+            *self.others,
+        ]
+        if len(filters) > INLINE:
+            return self._indexed
         lines = []
         names: dict[str, object] = {}
-
-        def inline(filter_: Filter) -> None:
+        for n, filter_ in enumerate(filters):
             selector = filter_.selector
             assert selector is not None
-            name = f"_filter{len(names)}"
-            names[name] = filter_
+            names[f"_filter{n}"] = filter_
             names.update(selector.constants)
-            lines.append(f"    if {selector.expression}:\n        found.append({name})")
-
-        for index, (header, (by_text, by_number)) in enumerate(self.indexed.items()):
-            filters = [f for table in (by_text, by_number) for fs in table.values() for f in fs]
-            if len(filters) <= INLINE:
-                for filter_ in filters:
-                    inline(filter_)
-                continue
-            names[f"_by_text{index}"], names[f"_by_number{index}"] = by_text, by_number
-            lines.append(
-                f"    value = h.get({header!r})\n"
-                "    if value is not None:\n"
-                f"        for filter_ in _by_text{index}.get(value, ()):\n"
-                "            if filter_.match(m):\n"
-                "                found.append(filter_)"
-            )
-            if by_number:
-                lines.append(
-                    "        value = _number(value)\n"
-                    "        if value is not None:\n"
-                    f"            for filter_ in _by_number{index}.get(value, ()):\n"
-                    "                if filter_.match(m):\n"
-                    "                    found.append(filter_)"
-                )
-        for filter_ in self.others:
-            inline(filter_)
-        body = "".join(f"{line}\n" for line in lines)
+            lines.append(f"    if {selector.expression}:\n        found.append(_filter{n})\n")
+        body = "".join(lines)
         source = f"def matching(m):\n    h = m.headers\n    found = []\n{body}    return found\n"
         return define(source, "matching", names)  # type: ignore[no-any-return]
+
+    def _indexed(self, message: Message) -> list[Filter]:
+        """The filters whose selector is TRUE for ``message``, by the index."""
+        found = []
+        headers = message.headers
+        for name, (by_text, by_number) in self.indexed.items():
+            text = headers.get(name)
+            if text is None:
+                continue
+            for filter_ in by_text.get(text, ()):
+                if filter_.match(message):  # type: ignore[misc]
+                    found.append(filter_)
+            if by_number:
+                value = number(text)
+                if value is not None:
+                    for filter_ in by_number.get(value, ()):
+                        if filter_.match(message):  # type: ignore[misc]
+                            found.append(filter_)
+        for filter_ in self.others:
+            if filter_.match(message):  # type: ignore[misc]
+                found.append(filter_)
+        return found

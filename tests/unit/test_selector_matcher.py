@@ -64,7 +64,8 @@ def _check(matcher: Matcher, filters: list[Filter], messages: list[Msg]) -> None
         assert set(found) == set(expected), (message, found, expected)
 
 
-def test_the_generated_matcher_agrees_with_every_selector_as_filters_come_and_go():
+def test_the_matcher_agrees_with_every_selector_as_filters_come_and_go():
+    """Inline while few, by the index when more, and back (checked at every step)."""
     messages = _messages()
     matcher = Matcher()
     filters: list[Filter] = []
@@ -72,20 +73,29 @@ def test_the_generated_matcher_agrees_with_every_selector_as_filters_come_and_go
         filter_: Filter = Filter(compile_selector(text), Levels(home=False))
         matcher.add(filter_)
         filters.append(filter_)
-        _check(matcher, filters, messages[::7])
-    _check(matcher, filters, messages)
-    assert len(matcher.indexed["shard"][1]) == SHARDS
-    for filter_ in filters[::2]:  # the shards fall back under INLINE on the way
+        _check(matcher, filters, messages[:: 7 if len(filters) < len(SELECTORS) else 1])
+    assert matcher.matching == matcher._indexed and len(matcher.indexed["shard"][1]) == SHARDS
+    for filter_ in [*filters[::2], *filters[1::2]]:
         matcher.remove(filter_)
-    remaining = filters[1::2]
-    _check(matcher, remaining, messages)
-    for filter_ in remaining:
-        matcher.remove(filter_)
+        filters.remove(filter_)
+        _check(matcher, filters, messages[::5])
+        assert (matcher.matching == matcher._indexed) is (len(filters) > INLINE)
     assert not matcher.indexed and not matcher.others
     assert all(matcher.matching(m) == [] for m in messages)
 
 
-def test_a_message_without_the_indexed_header_is_tested_only_against_the_others():
+def test_a_few_selectors_are_tested_in_one_generated_function():
+    matcher = Matcher()
+    texts = ["region = 'EU' AND price > 100", "tag LIKE 'a%'", "c IN ('a', 'b')"]
+    filters = [Filter(compile_selector(t), Levels(home=False)) for t in texts]
+    for filter_ in filters:
+        matcher.add(filter_)
+    assert matcher.matching.__code__.co_filename == "<selector>"
+    message = Msg({"region": "EU", "price": "150", "tag": "abc", "c": "z"})
+    assert matcher.matching(message) == filters[:2]
+
+
+def test_many_selectors_on_one_header_are_looked_up_by_its_value():
     matcher = Matcher()
     shards = [Filter(compile_selector(f"shard = {n}"), Levels(home=False)) for n in range(20)]
     for filter_ in shards:
