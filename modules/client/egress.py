@@ -137,6 +137,14 @@ class Egress:
             self.queued = True
             self.outbox.ready.append(self)
 
+    def push_messages(self, queue: int, entries: list[Entry], work: int) -> None:
+        """Queue a run of MESSAGE frames (``EgressQueues.enqueue_run``)."""
+        self.queues.enqueue_run(queue, entries, work)
+        self.active = True
+        if not self.queued:
+            self.queued = True
+            self.outbox.ready.append(self)
+
     def write_out(self, budget: int) -> list[bytes]:
         """Take whole frames by priority while fewer than ``budget`` bytes were taken, and
         return their bytes to write (a MESSAGE after discards says so), telling each
