@@ -1,5 +1,6 @@
 """Per-client egress priority queues, drained into a byte-bounded transmit queue."""
 
+from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +15,7 @@ from wiremq.modules.flow.egress_queues import (
     new_entry,
 )
 from wiremq.modules.message import Message
+from wiremq.modules.stomp._fast import frame_parts, take_frames
 
 C1, D3, D2, D1, G1 = EgressQueue
 DEFAULT_MAX_DEPTH = DEFAULT_LIMITS[0].max_depth
@@ -363,3 +365,39 @@ def test_room_is_what_has_room_counts(
     for size in queued:
         queues.enqueue(D2, *frame("m", size))
     assert queues.room(D2) == room
+
+
+def test_take_frames_keeps_the_whole_message_rule_and_counts_work() -> None:
+    entries = deque(_entries([("m0", 60), ("m1", 60), ("m2", UNIT + 1)]))
+    taken: list[Entry] = []
+    assert take_frames(entries, taken, 0, 100) == (120, 2)  # m1 crosses the bound, whole
+    assert [e.item for e in taken] == ["m0", "m1"] and len(entries) == 1
+    assert take_frames(entries, taken, 120, 100) == (120, 0)  # at the bound: nothing
+    assert take_frames(entries, taken, 0, 1) == (UNIT + 1, 2) and not entries
+
+
+def test_take_frames_refuses_what_is_not_an_entry_and_leaves_it_queued() -> None:
+    entries: deque[object] = deque([*_entries([("m0", 10)]), ("not", "an entry")])
+    taken: list[Entry] = []
+    with pytest.raises(TypeError, match="egress entry"):
+        take_frames(entries, taken, 0, 1000)
+    assert [e.item for e in taken] == ["m0"] and list(entries) == [("not", "an entry")]
+    with pytest.raises(TypeError, match="take_frames"):
+        take_frames(entries, (), 0, 1000)
+
+
+def test_frame_parts_are_heads_and_tails_and_the_owners_runs() -> None:
+    first, second = object(), object()
+    entries = [
+        *_entries([("a", 10), ("b", 10)], first),
+        *_entries([("c", 10)], second),
+        *_entries([("d", 10)], first),
+        *_entries([("e", 10)], None),
+    ]
+    parts: list[bytes] = []
+    runs = frame_parts(entries, parts)
+    assert parts == [part for entry in entries for part in (entry.head, entry.tail)]
+    assert runs == [(first, ["a", "b"]), (second, ["c"]), (first, ["d"]), (None, ["e"])]
+    assert frame_parts([], parts) == []
+    with pytest.raises(TypeError, match="egress entry"):
+        frame_parts([("head", "tail")], [])
