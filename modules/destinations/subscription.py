@@ -294,13 +294,15 @@ class Subscription:
         unacked = self.unacked
         limit = self.limit
         record = self.record_delivery
+        tracked = record is not None or unacked is not None
+        make = new_entry
         suffix = self.ack_suffix
         large = self.large
         version = self.stomp_version
         head = self.head
         window_messages = self.window_messages
         window_bytes = self.window_bytes
-        inflight_messages = before = self.inflight_messages
+        inflight_messages = self.inflight_messages
         inflight_bytes = self.inflight_bytes
         entries: list[Entry] = []
         run_queue = -1  # the egress queue of the run being collected
@@ -314,7 +316,9 @@ class Subscription:
             queue = message.egress_queue
             if queue != run_queue:
                 if entries:
-                    egress.push_messages(run_queue, entries, room - work_left)
+                    inflight_messages, inflight_bytes = self._push_run(
+                        run_queue, entries, room - work_left, inflight_messages, inflight_bytes
+                    )
                     entries = []
                 run_queue = queue
                 burst, work_left = queues.room(queue)
@@ -329,31 +333,42 @@ class Subscription:
             ):  # the last: as ``EgressQueues.has_room``
                 passed = index
                 break
-            if record is not None:
-                record(self, message)
             if size > large:
                 self.pool.take(self.destination)
                 tail = message.own_tail(version)
-            else:
-                tail = message.wire_tail(version)
-            if unacked is None:
-                frame_head = head
-            else:
-                unacked[message.message_id] = message
-                limit.count += 1
-                frame_head = head if suffix is None else head + ack_line(message.message_id, suffix)
+            else:  # encoded once for every subscriber (``Message.wire_tail``)
+                tail = message.wire.get(version) or message.wire_tail(version)
+            frame_head = head
+            if tracked:  # journal records per delivery, or the client acknowledges
+                if record is not None:
+                    record(self, message)
+                if unacked is not None:
+                    unacked[message.message_id] = message
+                    limit.count += 1
+                    if suffix is not None:
+                        frame_head = head + ack_line(message.message_id, suffix)
             units = (len(frame_head) + len(tail) + 2047) >> 11 or 1  # as ``new_entry`` says
-            entries.append(new_entry((frame_head, tail, self, units, message)))
+            entries.append(make((frame_head, tail, self, units, message)))
             burst -= 1
             work_left -= units
             inflight_messages += 1
             inflight_bytes += size
         if entries:
-            egress.push_messages(run_queue, entries, room - work_left)
-        self.delivered += inflight_messages - before
-        self.inflight_messages = inflight_messages
-        self.inflight_bytes = inflight_bytes
+            self._push_run(run_queue, entries, room - work_left, inflight_messages, inflight_bytes)
         return passed
+
+    def _push_run(
+        self, queue: int, entries: list[Entry], work: int, messages: int, nbytes: int
+    ) -> tuple[int, int]:
+        """Queue a run's frames (``deliver_run``), its deliveries counted in the window
+        (``messages``, ``nbytes``: the window's counts with them); returns the window's
+        counts after, which an egress that discards (discard-oldest) lowered for each
+        delivery it dropped (``discarded``)."""
+        self.delivered += len(entries)
+        self.inflight_messages = messages
+        self.inflight_bytes = nbytes
+        self.egress.push_messages(queue, entries, work)
+        return self.inflight_messages, self.inflight_bytes
 
     def deliver(self, message: Message) -> None:
         record = self.record_delivery

@@ -110,3 +110,26 @@ def test_messages_no_subscriber_takes_are_discarded_once_each(make_net):
     topic = net.topic("/topic/sel")
     assert topic.fates.discarded == 3, "the three ASIA messages, once each"
     assert topic.state()["live_buffer_messages"] == 0
+
+
+def test_a_run_an_egress_discards_from_gives_its_window_slots_back(make_net):
+    """A ``discard-oldest`` subscriber's egress drops its oldest deliveries as a run comes
+    in: the window counts only what still waits in it, so that nothing is held back later
+    for slots the discarded deliveries took."""
+    net = make_net(destinations={"/topic/x": {"slowsubscriberpolicy": "discard-oldest"}})
+    small = tuple(QueueLimits(2, 2) for _ in range(4)) + (DEFAULT_LIMITS[EgressQueue.G1],)
+    slow = Peer(net, "slow", limits=small)
+    slow.subscribe("/topic/x")
+    slow.writer.window_open = False  # it stops reading
+    publisher = Peer(net, "publisher")
+    _publish(publisher, "/topic/x", [f"m{i}" for i in range(10)])
+    _publish(publisher, "/topic/x", [f"n{i}" for i in range(10)])
+    (subscription,) = net.topic("/topic/x").consumers
+    waiting = slow.egress.queues.stats()["total"]["length_msgs"]
+    assert waiting == 2 and subscription.inflight_messages == waiting
+    assert subscription.delivered == 20
+    assert net.topic("/topic/x").fates.discarded == 18
+
+    slow.open_window()
+    assert slow.bodies() == ["n8", "n9"] and slow.writer.discards[0] == 18
+    assert subscription.inflight_messages == 0 and subscription.inflight_bytes == 0
