@@ -39,8 +39,9 @@ time costs one comparison. It also takes over the reactor's turn
 (``doIteration``: ``iterate``), which hands each event to the reactor as
 Twisted's does but without wrapping it in Twisted's logging context (a
 ``logPrefix`` for Twisted's own log, which this server does not route
-anywhere): about twenty Python calls per socket event, a tenth of the Twisted
-part of a lone persistent producer's cycle, which has two events a message.
+anywhere): about twenty Python calls per socket event, two events per lone
+persistent message, whose loop took a tenth fewer instructions without them
+(bench/README.md, "What was tried").
 
 It is also where an HA node's lease is enforced (``server/ha.py``): the lease
 thread sets ``deadline`` (monotonic seconds: its last successful renewal's
