@@ -375,3 +375,4 @@ class MemWatchSettings(SettingsGroup):
     whenfull: str
     checkinterval: float
     hysteresis: float
+    collectshare: float

@@ -1800,6 +1800,17 @@ PARAMETERS += [
     ),
     Parameter(
         "MemWatch",
+        "collectshare",
+        float,
+        0.1,
+        "The most of the server's time the collect action's extra garbage collections "
+        "may take: after one that took d seconds the next waits at least d / collectshare "
+        "(a heap of millions of live objects takes seconds to walk and frees nothing)",
+        minimum=0.01,
+        maximum=1.0,
+    ),
+    Parameter(
+        "MemWatch",
         "hysteresis",
         float,
         0.05,

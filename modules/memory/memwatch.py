@@ -15,7 +15,10 @@ the level changes:
   cycle collector runs seldom (``server/cli.py``), and garbage in cycles waits
   for it (the stores' database connections break the one ZODB's serializers
   make, ``stores/leandb.py``); then freed memory is handed back to the system
-  (``malloc_trim``).
+  (``malloc_trim``). A collection walks every live object: with millions of
+  them (100,000 queues) it holds the event loop for seconds and frees little,
+  so the next one waits long enough that collections take at most
+  ``MemWatch.collectshare`` of the time.
 - ``warn``: a warning when its level is entered (the top level by default),
   and a note once the level is back at 0.
 - your own: a ``MemoryAction`` subclass named by ``class=`` in config.xml,
@@ -132,9 +135,13 @@ class CollectAction(MemoryAction):
             self._timer = None
 
     def _collect(self) -> None:
+        runtime = self.context.runtime
+        started = runtime.monotonic()
         release_memory()
+        took = runtime.monotonic() - started
         self.collections += 1
-        self._timer = self.context.runtime.call_later(self.interval, self._collect)
+        delay = max(self.interval, took / self.context.settings.collectshare)
+        self._timer = runtime.call_later(delay, self._collect)
 
 
 class WarnAction(MemoryAction):

@@ -95,6 +95,37 @@ def test_levels_follow_the_measured_memory_with_hysteresis(monkeypatch):
     assert collected == [], "no extra collections at level 0"
 
 
+def test_long_collections_are_spaced_to_take_at_most_collectshare_of_the_time(monkeypatch):
+    runtime = FakeRuntime()
+    took = [0.0]  # how long the next collections take, on the fake clock
+    collected: list[float] = []
+
+    def collect() -> None:
+        collected.append(runtime.now)
+        runtime.now += took[0]
+
+    monkeypatch.setattr(memwatch_module, "release_memory", collect)
+    memory = [85 * MB]
+    mem = watch(runtime, memory, collectshare=0.1)
+    mem.start()
+    assert mem.level == 2
+    runtime.advance(1.6)  # quick collections: every 750 ms, the level's interval
+    assert [round(b - a, 2) for a, b in zip(collected, collected[1:], strict=False)] == [
+        0.75,
+        0.75,
+    ]
+    took[0] = 1.5  # a heap of millions of live objects: 1.5 s each
+    collected.clear()
+    runtime.advance(40.0)
+    starts = [round(b - a, 2) for a, b in zip(collected, collected[1:], strict=False)]
+    assert starts and all(gap == 1.5 + 15.0 for gap in starts), starts
+    took[0] = 0.01  # quick again: back to the interval after the next one
+    collected.clear()
+    runtime.advance(20.0)
+    gaps = [round(b - a, 2) for a, b in zip(collected, collected[1:], strict=False)]
+    assert gaps[-3:] == [0.76, 0.76, 0.76], gaps
+
+
 def test_a_reader_waits_at_the_top_level_until_memory_is_free(monkeypatch):
     monkeypatch.setattr(memwatch_module, "release_memory", lambda: None)
     runtime = FakeRuntime()
