@@ -1,6 +1,7 @@
 """The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c), the
-thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c) and
-the audit journal's encoder (modules/journal/_encode.c).
+thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c),
+the audit journal's encoder (modules/journal/_encode.c) and a selector's numbers
+(modules/selector/_number.c).
 
 Everything else is in pyproject.toml.
 """
@@ -16,6 +17,7 @@ setup(
             ("wiremq.modules.stomp._fast", "modules/stomp/_fast.c"),
             ("wiremq.server._syncthread", "server/_syncthread.c"),
             ("wiremq.modules.journal._encode", "modules/journal/_encode.c"),
+            ("wiremq.modules.selector._number", "modules/selector/_number.c"),
         )
     ]
 )

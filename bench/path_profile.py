@@ -18,6 +18,8 @@ the unprofiled total, since the profiler itself slows small functions most).
     .venv/bin/python bench/path_profile.py --journal            # with the audit journal
     .venv/bin/python bench/path_profile.py --persistent         # a lone persistent producer
     .venv/bin/python bench/path_profile.py --lone --reads 20000  # one SEND a read
+    .venv/bin/python bench/path_profile.py --header region:EU --header price:150 \
+        --selector "region = 'EU' AND price > 100"    # a selective queue (issue 27's row)
 
 With ``--journal`` the server's audit journal is on, written to the bench's
 temporary data folder; its worker runs inline after each read, so its encoding
@@ -285,16 +287,22 @@ def build(
     ack: str,
     users: bool = False,
     journal: bool = False,
+    selector: str | None = None,
+    headers: tuple[str, ...] = (),
     frames: int = READ,
 ) -> Callable[[int], None]:
-    """Reads of ``frames`` SENDs each by one producer, to ``consumers`` consumers."""
+    """``run(reads)``: that many socket reads of ``frames`` SENDs (with ``headers``, each
+    ``name:value``) to ``destination``, whose consumers subscribe with ``selector``."""
     simulation = Simulation(users, journal)
+    line = "" if selector is None else f"selector:{selector}\n"
     for n in range(consumers):
-        subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n\n\0".encode()
+        subscribe = f"SUBSCRIBE\nid:0\ndestination:{destination}\nack:{ack}\n{line}\n\0".encode()
         consumer = simulation.client(f"consumer-{n}", lambda e: Writer(e, ack != "auto"))
         simulation.read(consumer, subscribe)
     producer = simulation.client("producer", lambda e: Writer(e, False))
-    frame = f"SEND\ndestination:{destination}\ncontent-length:128\n\n".encode() + b"x" * 128
+    extra = "".join(f"{header}\n" for header in headers)
+    frame = f"SEND\ndestination:{destination}\n{extra}content-length:128\n\n".encode()
+    frame += b"x" * 128
     chunk = (frame + b"\0") * frames
 
     def run(reads: int) -> None:
@@ -354,6 +362,10 @@ def main() -> None:
         action="store_true",
         help="a lone persistent producer waiting for each receipt, into the real store",
     )
+    parser.add_argument("--selector", help="the consumers subscribe with this selector")
+    parser.add_argument(
+        "--header", action="append", default=[], help="NAME:VALUE on every SEND (repeatable)"
+    )
     parser.add_argument("--runs", type=int, default=5, help="measured runs (the best counts)")
     parser.add_argument("--no-profile", action="store_true", help="the total alone")
     args = parser.parse_args()
@@ -364,7 +376,16 @@ def main() -> None:
         messages, clock = args.reads, user_time
     else:
         frames = 1 if args.lone else READ
-        run = build(destination, args.consumers, args.ack, args.users, args.journal, frames)
+        run = build(
+            destination,
+            args.consumers,
+            args.ack,
+            args.users,
+            args.journal,
+            args.selector,
+            tuple(args.header),
+            frames,
+        )
         messages, clock = args.reads * frames, time.process_time
     run(20)  # warm-up
     collect_less()  # as the server does
@@ -377,6 +398,8 @@ def main() -> None:
     kind = "topic" if args.topic else "queue"
     who = ", clients logged in" if args.users else ""
     journal = ", journal on" if args.journal else ""
+    if args.selector is not None:
+        journal += f", selector {args.selector!r}"
     if args.persistent:
         print(f"{kind}, persistent, a lone producer waiting for each receipt{journal}:")
         print(

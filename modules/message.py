@@ -8,7 +8,7 @@ short head.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.flow.egress_queues import EgressQueue
@@ -34,6 +34,9 @@ DELIVERY_COUNT = "x-delivery-count"  # on a redelivery: how many deliveries came
 BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
 # Enum members read once: reading one from its class costs as much as building a message.
 _G1 = EgressQueue.G1
+# A message's wire tails before any is encoded (``Message.wire``): shared, so never changed
+# (a Mapping to the type checker; ``wire_tail`` makes a new dict to add one).
+NO_TAILS: Mapping[str, bytes] = {}
 _D1 = EgressQueue.D1
 
 
@@ -125,7 +128,7 @@ class Message:
         "size",
         "redelivered",
         "unit",
-        "_wire",
+        "wire",
         "timestamp",
         # set by its queue when it needs them (see queue.py and levels.py), not before:
         "level",  # its priority, where it waits
@@ -168,7 +171,7 @@ class Message:
         self.size = len(body)
         self.redelivered = False
         self.unit: CommittedUnit | None = None  # the committed transaction it belongs to
-        self._wire: dict[str, bytes] | None = None  # its tail by STOMP version, once encoded
+        self.wire: Mapping[str, bytes] = NO_TAILS  # its tail by STOMP version, once encoded
         self.timestamp = timestamp  # when the server received it (ms since the epoch)
 
     @property
@@ -178,10 +181,7 @@ class Message:
 
     def wire_tail(self, stomp_version: str) -> bytes:
         """The MESSAGE frame after its subscription/ack lines, escaped for ``stomp_version``."""
-        wire = self._wire
-        if wire is None:
-            wire = self._wire = {}
-        cached = wire.get(stomp_version)
+        cached = self.wire.get(stomp_version)
         if cached is None:
             cached = plain_message_tail(
                 self.message_id,
@@ -199,14 +199,15 @@ class Message:
                 self.redelivered,
                 stomp_version,
             )
-            wire[stomp_version] = cached
+            wire = self.wire  # NO_TAILS stays empty: a new dict
+            self.wire = {**wire, stomp_version: cached} if wire else {stomp_version: cached}
         return cached
 
     def own_tail(self, stomp_version: str) -> bytes:
         """``wire_tail`` for one delivery alone, not kept with the message: a large
         message's (``workpool``), so that its copy lives only while that delivery waits."""
         tail = self.wire_tail(stomp_version)
-        self._wire = None
+        self.wire = NO_TAILS
         return tail
 
     def expired(self, now_ms: int) -> bool:
@@ -275,7 +276,7 @@ class Message:
         the store, which keeps no delivery state)."""
         self.headers = {**self.headers, DELIVERY_COUNT: str(count)}
         self.redelivered = True
-        self._wire = None
+        self.wire = NO_TAILS
 
     def redelivery(self) -> Message:
         """A copy flagged as redelivered, for one subscriber of a message others share."""

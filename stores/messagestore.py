@@ -210,6 +210,10 @@ class WalStore:
             self._parts.append(_Part(topic_root, topic_session))  # type: ignore[arg-type]
             self._recover()
             self._state = self._load()
+            # Read on every persistent SEND and commit (the spool's checks and watermarks,
+            # several times each): the state's own methods, not a call through one here.
+            self.count: Callable[[str], tuple[int, int]] = self._state.count
+            self.totals: Callable[[str], tuple[int, int]] = self._state.totals
             self._opened_positions = self._state.last_positions()
             self._wal.release(self._applied())
             self._wal.start(max(self._wal.last_lsn, *(p.applied for p in self._parts)) + 1)
@@ -429,12 +433,6 @@ class WalStore:
 
     def subscriptions(self) -> list[SubscriptionInfo]:
         return self._state.subscriptions()
-
-    def count(self, destination: str) -> tuple[int, int]:
-        return self._state.count(destination)
-
-    def totals(self, prefix: str) -> tuple[int, int]:
-        return self._state.totals(prefix)
 
     def destinations(self, prefix: str) -> list[str]:
         return self._state.destinations(prefix)

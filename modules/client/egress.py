@@ -23,6 +23,7 @@ from wiremq.modules.flow.egress_queues import (
     Policy,
     QueueLimits,
 )
+from wiremq.modules.stomp._fast import frame_parts
 from wiremq.modules.stomp.encoder import with_discard_indication
 
 CONTROL = EgressQueue.C1
@@ -137,26 +138,23 @@ class Egress:
             self.queued = True
             self.outbox.ready.append(self)
 
+    def push_messages(self, queue: int, entries: list[Entry], work: int) -> None:
+        """Queue a run of MESSAGE frames (``EgressQueues.enqueue_run``)."""
+        self.queues.enqueue_run(queue, entries, work)
+        self.active = True
+        if not self.queued:
+            self.queued = True
+            self.outbox.ready.append(self)
+
     def write_out(self, budget: int) -> list[bytes]:
         """Take whole frames by priority while fewer than ``budget`` bytes were taken, and
         return their bytes to write (a MESSAGE after discards says so), telling each
         frame's owner what of its was written (once per run of its frames)."""
         entries, indicated, discarded = self.queues.drain(budget)
         parts: list[bytes] = []
-        append = parts.append
-        run: list[object] = []
-        run_owner: EntryOwner | None = None
-        for head, tail, owner, _, item in entries:
-            append(head)
-            append(tail)
-            if owner is not run_owner:
-                if run_owner is not None:
-                    run_owner.written(run)
-                run = []
-                run_owner = owner
-            run.append(item)
-        if run_owner is not None:
-            run_owner.written(run)
+        for owner, run in frame_parts(entries, parts):  # in C: this runs per frame
+            if owner is not None:
+                owner.written(run)
         if indicated >= 0:
             parts[2 * indicated] = with_discard_indication(parts[2 * indicated], discarded)
         if self._throttled and not self.queues.holds(CONTROL):

@@ -8,26 +8,32 @@ of that list whatever waits before it that it does not select: a queue
 never scans its backlog for a consumer. Consumers without a selector share
 the queue's ``everyone`` filter, whose list is the queue's home list itself.
 
-``Matcher`` says which filters a message matches. A selector whose top level
-requires ``name = literal`` is indexed by that header's value, so that a
-message is tested only against the selectors that can match it: a hundred
-consumers that each select one ``shard`` cost one dictionary look-up per
-message, not a hundred evaluations.
+``Matcher`` says which filters a message matches. While a queue has at most
+``INLINE`` selectors, in one function it generates from their compiled
+expressions whenever a filter comes or goes: a message costs one call, not
+one per selector. With more, a selector whose top level requires
+``name = literal`` is indexed by that header's value, so that a message is
+tested only against the selectors that can match it: a hundred consumers
+that each select one ``shard`` cost one dictionary look-up per message, not
+a hundred evaluations (and a subscription compiles nothing more).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.selector import Selector
+from wiremq.modules.selector.compiler import define
 from wiremq.modules.selector.values import number
 
 if TYPE_CHECKING:
     from wiremq.modules.message import Message
 
 Consumer = TypeVar("Consumer")  # a queue's subscription (a filter only lists them)
+INLINE = 8  # up to this many selectors on a queue are tested inline, in one function
 
 
 class Filter(Generic[Consumer]):
@@ -59,6 +65,8 @@ class Matcher:
         # header name -> (filters by the text it must equal, filters by the number)
         self.indexed: dict[str, tuple[dict[str, list[Filter]], dict[object, list[Filter]]]] = {}
         self.others: list[Filter] = []
+        # message -> the filters whose selector is TRUE for it
+        self.matching: Callable[[Message], list[Filter]] = self._compiled()
 
     def add(self, filter_: Filter) -> None:
         table = self._table(filter_)
@@ -66,18 +74,20 @@ class Matcher:
             self.others.append(filter_)
         else:
             table[1].setdefault(table[2], []).append(filter_)
+        self.matching = self._compiled()
 
     def remove(self, filter_: Filter) -> None:
         table = self._table(filter_)
         if table is None:
             self.others.remove(filter_)
-            return
-        name, filters, value = table
-        filters[value].remove(filter_)
-        if not filters[value]:
-            del filters[value]
-        if not any(self.indexed[name]):
-            del self.indexed[name]
+        else:
+            name, filters, value = table
+            filters[value].remove(filter_)
+            if not filters[value]:
+                del filters[value]
+            if not any(self.indexed[name]):
+                del self.indexed[name]
+        self.matching = self._compiled()
 
     def _table(self, filter_: Filter) -> tuple[str, dict[Any, list[Filter]], Any] | None:
         """Where ``filter_`` is indexed: its header, the table by text or by number, and
@@ -90,8 +100,35 @@ class Matcher:
         by_text, by_number = self.indexed.setdefault(name, ({}, {}))
         return name, by_text if isinstance(value, str) else by_number, value
 
-    def matching(self, message: Message) -> list[Filter]:
-        """The filters whose selector is TRUE for ``message``."""
+    def _compiled(self) -> Callable[[Message], list[Filter]]:
+        """The function of a message that lists the filters it matches: every selector
+        inline, in turn, while there are at most ``INLINE``; else ``_indexed``."""
+        filters = [
+            *(
+                f
+                for tables in self.indexed.values()
+                for t in tables
+                for fs in t.values()
+                for f in fs
+            ),
+            *self.others,
+        ]
+        if len(filters) > INLINE:
+            return self._indexed
+        lines = []
+        names: dict[str, object] = {}
+        for n, filter_ in enumerate(filters):
+            selector = filter_.selector
+            assert selector is not None
+            names[f"_filter{n}"] = filter_
+            names.update(selector.constants)
+            lines.append(f"    if {selector.expression}:\n        found.append(_filter{n})\n")
+        body = "".join(lines)
+        source = f"def matching(m):\n    h = m.headers\n    found = []\n{body}    return found\n"
+        return define(source, "matching", names)  # type: ignore[no-any-return]
+
+    def _indexed(self, message: Message) -> list[Filter]:
+        """The filters whose selector is TRUE for ``message``, by the index."""
         found = []
         headers = message.headers
         for name, (by_text, by_number) in self.indexed.items():

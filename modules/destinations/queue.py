@@ -133,8 +133,12 @@ class Queue(Destination):
             unreported[0] += 1
             unreported[1] += message.size
         headers = message.headers
-        if self.selective or PRIORITY in headers or GROUP in headers:
+        if PRIORITY in headers or GROUP in headers:
             self._arrive(message)
+        elif self.selective:  # the default level and no group: routed with the next dispatch
+            message.level = JMS_DEFAULT_PRIORITY
+            message.group = None
+            self.selective_dispatch.unrouted.append(message)
         else:  # the common case, inlined: nothing but the default level of a plain queue
             self._plain_level.append(message)
 
@@ -145,7 +149,10 @@ class Queue(Destination):
             self.uses_groups = True
             self._set_selective(True)
         if self.selective:
-            self.selective_dispatch.unrouted.append(message)
+            selective = self.selective_dispatch
+            selective.unrouted.append(message)
+            if message.level != JMS_DEFAULT_PRIORITY:
+                selective.unrouted_levels = True
         else:
             self.main.append(message)
 
@@ -231,7 +238,7 @@ class Queue(Destination):
     def _put_back(self, message: Message) -> None:
         """A message in memory goes (back) to its place among the waiting ones."""
         if self.selective:
-            self.selective_dispatch.route(message, True)
+            self.selective_dispatch.route([message], True)
         else:
             self.main.insert(message)
 

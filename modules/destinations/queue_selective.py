@@ -29,7 +29,6 @@ from wiremq.modules.destinations.queue_counts import QueueCounts
 from wiremq.modules.destinations.subscription import Subscription
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
-from wiremq.stores.records import JMS_DEFAULT_PRIORITY as DEFAULT
 
 
 class SelectiveDispatch:
@@ -53,6 +52,7 @@ class SelectiveDispatch:
         self.matcher = Matcher()
         self.exclusive: list[Subscription] = []  # exclusive consumers, the first one active
         self.unrouted: list[Message] = []  # arrived since the last dispatch
+        self.unrouted_levels = False  # one of them has a priority other than the default
         self.met_expired: list[Message] = []  # for the queue to handle
         self.serve_all = False  # every consumer is to look at its list (not only arrivals)
         self.served = 0  # consumers served, for fairness between filters
@@ -69,10 +69,10 @@ class SelectiveDispatch:
         skipped when it could not, and its wake-up serves everyone."""
         if self.unrouted:
             unrouted, self.unrouted = self.unrouted, []
-            if any(m.level != DEFAULT for m in unrouted):
+            if self.unrouted_levels:  # one arrived with a priority not the default
+                self.unrouted_levels = False
                 unrouted.sort(key=lambda m: -m.level)  # stable: arrival order within one
-            for message in unrouted:
-                self.route(message, False, deliver)
+            self.route(unrouted, False, deliver)
         if not deliver:
             self.serve_all = True  # what was listed meanwhile waits for the consumers
         elif self.serve_all:
@@ -139,29 +139,70 @@ class SelectiveDispatch:
     def _expired_now(self, message: Message) -> bool:
         return message.expires != 0 and message.expires <= self.runtime.now_ms()
 
-    def route(self, message: Message, back: bool, deliver: bool = True) -> None:
-        """A message in memory to place: handed at once (if ``deliver``) to a ready consumer
-        that selects it and has nothing older waiting, else listed where its consumers look
-        (``back``: it came back, so it goes to its place among the waiting ones)."""
-        if message.expires and self._expired_now(message):
-            self._drop_expired(message)
-            return
-        group = message.group
-        if group is not None:
-            owner = self.groups.owner(group)
-            if owner is not None:
-                self._for_owner(owner, message, deliver)
-                return
-        matching = self.matcher.matching(message) if self.filters else []
-        consumer = self._ready_for(message, matching) if deliver else None
-        if consumer is not None:
-            self._take(consumer, message, None)
-            return
-        message.home = main = self.main
+    def route(self, messages: list[Message], back: bool, deliver: bool = True) -> None:
+        """Messages in memory to place, in turn: each handed at once (if ``deliver``) to a
+        ready consumer that selects it and has nothing older waiting, round-robin within a
+        filter, the least recently served filter first; else listed where its consumers
+        look (``back``: it came back, so it goes to its place among the waiting ones).
+        Every arrival is routed here, a run at a time: what it does per message is
+        inlined."""
+        main = self.main
+        everyone = self.everyone
+        reserved = self.groups.reserved
+        matching_of = self.matcher.matching
         add = Levels.insert if back else Levels.append
-        add(main, message)
-        for filter_ in matching:
-            add(filter_.pending, message)
+        for message in messages:
+            if message.expires and self._expired_now(message):
+                self._drop_expired(message)
+                continue
+            group = message.group
+            if group is not None:
+                owner = self.groups.owner(group)
+                if owner is not None:
+                    self._for_owner(owner, message, deliver)
+                    continue
+            matching = matching_of(message) if self.filters else []
+            if deliver:
+                if self.exclusive:
+                    consumer = self._exclusive_ready(message, matching)
+                    if consumer is not None:
+                        self._take(consumer, message, None)
+                        continue
+                else:
+                    candidates = matching
+                    if everyone.consumers:
+                        candidates = [*matching, everyone]
+                    if len(candidates) > 1:
+                        candidates = sorted(candidates, key=_last_served)
+                    consumer = None
+                    for filter_ in candidates:
+                        pending = filter_.pending
+                        # (the emptiness test of Levels.head, inlined: a listed message
+                        # waits for these consumers and goes first)
+                        if (pending.high != pending.low or pending.levels[pending.high]) and (
+                            pending.head() is not None
+                        ):
+                            continue
+                        consumers = filter_.consumers
+                        for _ in range(len(consumers)):
+                            consumer = next(iter(consumers))
+                            consumers.move_to_end(consumer)
+                            if reserved and reserved.get(consumer):
+                                continue
+                            if consumer.ready_for(message):
+                                break
+                            consumer.waiting = True
+                        else:
+                            consumer = None
+                            continue
+                        break
+                    if consumer is not None:
+                        self._take(consumer, message, None)
+                        continue
+            message.home = main
+            add(main, message)
+            for filter_ in matching:
+                add(filter_.pending, message)
 
     def _for_owner(self, owner: Subscription, message: Message, deliver: bool = True) -> None:
         """A message of a group ``owner`` owns: to the owner now if it can take it, else
@@ -181,36 +222,17 @@ class SelectiveDispatch:
         """Whether the consumer gets messages now (another one is not exclusive)."""
         return not self.exclusive or self.exclusive[0] is consumer
 
-    def _ready_for(
+    def _exclusive_ready(
         self, message: Message, matching: list[Filter[Subscription]]
     ) -> Subscription | None:
-        """A consumer that selects ``message``, has nothing older waiting for it, and can
-        take it now; round-robin within a filter, the least recently served filter first."""
-        if self.exclusive:
-            consumer = self.exclusive[0]
-            filter_ = consumer.filter
-            if (filter_ is self.everyone or filter_ in matching) and self._idle(consumer):
-                if consumer.ready_for(message):
-                    return consumer
-                consumer.waiting = True
-            return None
-        candidates = matching
-        if self.everyone.consumers:
-            candidates = [*matching, self.everyone]
-        if len(candidates) > 1:
-            candidates = sorted(candidates, key=lambda f: f.served)
-        for filter_ in candidates:
-            if filter_.pending.head() is not None:
-                continue  # older messages wait for these consumers: they go first
-            consumers = filter_.consumers
-            for _ in range(len(consumers)):
-                consumer = next(iter(consumers))
-                consumers.move_to_end(consumer)
-                if consumer in self.groups.reserved and self.groups.reserved[consumer]:
-                    continue
-                if consumer.ready_for(message):
-                    return consumer
-                consumer.waiting = True
+        """The exclusive consumer, if it selects ``message``, has nothing older waiting
+        for it and can take it now."""
+        consumer = self.exclusive[0]
+        filter_ = consumer.filter
+        if (filter_ is self.everyone or filter_ in matching) and self._idle(consumer):
+            if consumer.ready_for(message):
+                return consumer
+            consumer.waiting = True
         return None
 
     def _idle(self, consumer: Subscription) -> bool:
@@ -303,8 +325,7 @@ class SelectiveDispatch:
         else:
             consumer.deliver(message)
         if message.headers.get(GROUP_SEQUENCE) == CLOSES_GROUP:
-            for released in groups.close(group):
-                self.route(released, True)
+            self.route(groups.close(group), True)
             self.serve_all = True
 
     def _drop_expired(self, message: Message) -> None:
@@ -312,3 +333,7 @@ class SelectiveDispatch:
         message.home = None
         self.counts.left_memory(message)
         self.met_expired.append(message)
+
+
+def _last_served(filter_: Filter[Subscription]) -> int:
+    return filter_.served

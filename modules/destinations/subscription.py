@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.domains import P2P
-from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy
+from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy, new_entry
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.selector import Selector
@@ -277,6 +277,98 @@ class Subscription:
         return seq <= self.replayed_upto
 
     # -- delivery --------------------------------------------------------------------------
+
+    def deliver_run(
+        self, messages: list[Message | None], unselected: list[Message] | None = None
+    ) -> int:
+        """Deliver from the start of a topic's ``messages`` as far as the consumer can take
+        them, as ``ready_for`` and ``deliver`` would one by one; returns how many it
+        passed. It passes over what it skips (``skips``; added to ``unselected`` if
+        given) and None (an expired message's place). The frames go to the egress in
+        runs, one per egress queue met (``Egress.push_messages``)."""
+        screened = self.accepts is not None or self.durable_key is not None
+        discarding = self.policy == "discard-oldest" and self.unacked is None
+        egress = self.egress
+        queues = egress.queues
+        blocking = queues.policy is not DISCARD_OLDEST
+        unacked = self.unacked
+        limit = self.limit
+        record = self.record_delivery
+        tracked = record is not None or unacked is not None
+        make = new_entry
+        suffix = self.ack_suffix
+        large = self.large
+        version = self.stomp_version
+        head = self.head
+        window_messages = self.window_messages
+        window_bytes = self.window_bytes
+        inflight_messages = self.inflight_messages
+        inflight_bytes = self.inflight_bytes
+        entries: list[Entry] = []
+        run_queue = -1  # the egress queue of the run being collected
+        burst = work_left = room = 0  # what it admits (``EgressQueues.room``), at the start
+        passed = len(messages)
+        for index, message in enumerate(messages):
+            if message is None or (screened and self.skips(message)):
+                if message is not None and unselected is not None:
+                    unselected.append(message)
+                continue
+            queue = message.egress_queue
+            if queue != run_queue:
+                if entries:
+                    inflight_messages, inflight_bytes = self._push_run(
+                        run_queue, entries, room - work_left, inflight_messages, inflight_bytes
+                    )
+                    entries = []
+                run_queue = queue
+                burst, work_left = queues.room(queue)
+                room = work_left
+            size = message.size
+            if not (discarding and queue in DISCARDABLE) and (  # not ready (``ready_for``)
+                inflight_messages >= window_messages
+                or inflight_bytes >= window_bytes
+                or (unacked is not None and limit.reached(self))
+                or (size > large and not self.pool.admits(self.destination))
+                or (blocking and burst <= 0 and ((size + 2047) >> 11 or 1) > work_left)
+            ):  # the last: as ``EgressQueues.has_room``
+                passed = index
+                break
+            if size > large:
+                self.pool.take(self.destination)
+                tail = message.own_tail(version)
+            else:  # encoded once for every subscriber (``Message.wire_tail``)
+                tail = message.wire.get(version) or message.wire_tail(version)
+            frame_head = head
+            if tracked:  # journal records per delivery, or the client acknowledges
+                if record is not None:
+                    record(self, message)
+                if unacked is not None:
+                    unacked[message.message_id] = message
+                    limit.count += 1
+                    if suffix is not None:
+                        frame_head = head + ack_line(message.message_id, suffix)
+            units = (len(frame_head) + len(tail) + 2047) >> 11 or 1  # as ``new_entry`` says
+            entries.append(make((frame_head, tail, self, units, message)))
+            burst -= 1
+            work_left -= units
+            inflight_messages += 1
+            inflight_bytes += size
+        if entries:
+            self._push_run(run_queue, entries, room - work_left, inflight_messages, inflight_bytes)
+        return passed
+
+    def _push_run(
+        self, queue: int, entries: list[Entry], work: int, messages: int, nbytes: int
+    ) -> tuple[int, int]:
+        """Queue a run's frames (``deliver_run``), its deliveries counted in the window
+        (``messages``, ``nbytes``: the window's counts with them); returns the window's
+        counts after, which an egress that discards (discard-oldest) lowered for each
+        delivery it dropped (``discarded``)."""
+        self.delivered += len(entries)
+        self.inflight_messages = messages
+        self.inflight_bytes = nbytes
+        self.egress.push_messages(queue, entries, work)
+        return self.inflight_messages, self.inflight_bytes
 
     def deliver(self, message: Message) -> None:
         record = self.record_delivery

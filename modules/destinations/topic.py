@@ -7,6 +7,7 @@ it replays and, after, those its replay already delivered.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections import deque
 
@@ -53,6 +54,7 @@ class Topic(Destination):
         self.buffer: deque[Message | None] = deque()  # None: an expired message's place
         self.first = 0  # index of buffer[0] in the topic's message sequence
         self.expired_on_arrival = 0  # received, and never in the buffer
+        self.arrived = 0  # at the buffer's end since the last dispatch, not counted in it yet
         self.unwritten_dropped = 0  # messages dropped from subscribers that went away
         self.selecting = 0  # subscribers with a selector
         self.live = services.flow.live
@@ -69,60 +71,70 @@ class Topic(Destination):
         return super().held(kind)
 
     def enqueue(self, message: Message) -> None:
-        """Deliver at once when every subscriber can take the message; else buffer it
-        (``dispatch`` moves the subscribers on)."""
+        """Take a message into the live buffer; ``dispatch`` (after each batch) hands the
+        run that arrived to every subscriber at once."""
         if message.expires and message.expired(self.services.runtime.now_ms()):
             self.expired_on_arrival += 1
             self.services.expiry.expired(self.name, [message])
             return
-        consumers = self.consumers
-        everyone = not self.buffer and message.size <= self.large
-        if everyone:  # a loop, not all() over a generator: this runs for every subscriber
-            for subscription in consumers:
-                if not (subscription.ready_for(message) or subscription.skips(message)):
-                    everyone = False
-                    break
-        if everyone:  # the common case: everyone keeps up, nothing is buffered
-            stored = message.store_seq
-            if not consumers and not stored:
-                self.services.journal.discarded((message,), NO_SUBSCRIBERS)
-                self.fates.count("discarded", 1)
-            if self.selecting:  # some subscriber has a selector
-                selected = False
-                for subscription in consumers:
-                    subscription.cursor += 1
-                    if not subscription.skips(message):
-                        subscription.deliver(message)
-                        selected = True
-                if consumers and not selected and not stored:
-                    self.services.journal.discarded((message,), NO_SUBSCRIBERS)
-                    self.fates.count("discarded", 1)
-            else:
-                for subscription in consumers:
-                    subscription.cursor += 1
-                    if not (stored and subscription.left_to_replay(message)):
-                        subscription.deliver(message)
-            self.first += 1
-            return
         self.buffer.append(message)
-        self._count_live(1, message.size)
+        self.arrived += 1
 
     def dispatch(self) -> None:
-        """Move every subscriber on as far as it can take, then trim the buffer.
+        """Move every subscriber on as far as it can take, then trim the buffer; what
+        arrived since the last dispatch and still waits counts in the live buffer from
+        now on (what everyone took at once never waited).
 
         A subscriber under the ``disconnect`` policy still behind once the frames
         queued meanwhile are written is checked then (``_disconnect_lagging``), so
         that a burst larger than its window does not count against it.
         """
         self.last_dispatch = self.services.runtime.monotonic()
-        for subscription in self.consumers:
-            self._pump(subscription)
+        consumers = self.consumers
+        arrived = self.arrived
+        unselected: list[Message] | None = [] if arrived and self.selecting else None
+        for subscription in consumers:
+            self._pump(subscription, unselected)
         end = self.first + len(self.buffer)
-        for subscription in self.consumers:
+        for subscription in consumers:
             if subscription.policy == "disconnect" and subscription.cursor < end:
                 subscription.egress.outbox.wake(self._disconnect_lagging)
                 break
-        self._trim()
+        if arrived:
+            self.arrived = 0
+            self._no_one_took(end - arrived, unselected)
+        self._trim(end - arrived)
+        if arrived:  # what arrived and still waits counts in the live buffer from now on
+            start = max(end - arrived, self.first) - self.first
+            waiting = [m for m in itertools.islice(self.buffer, start, None) if m is not None]
+            if waiting:
+                self._count_live(len(waiting), sum(m.size for m in waiting))
+
+    def _no_one_took(self, start: int, unselected: list[Message] | None) -> None:
+        """Discard what no subscriber takes: with none, what arrived (from position
+        ``start``); else what every one passed over in this dispatch (its selector:
+        ``unselected`` holds each message once per subscriber that skipped it). A durable
+        subscriber gets the stored ones from its replay."""
+        if not self.consumers:
+            offset = start - self.first
+            dropped = [
+                m
+                for m in itertools.islice(self.buffer, offset, None)
+                if m is not None and not m.store_seq
+            ]
+        elif unselected:
+            everyone = len(self.consumers)
+            passed = collections.Counter(map(id, unselected))
+            dropped = list(
+                {
+                    id(m): m for m in unselected if passed[id(m)] == everyone and not m.store_seq
+                }.values()
+            )
+        else:
+            return
+        if dropped:
+            self.services.journal.discarded(dropped, NO_SUBSCRIBERS)
+            self.fates.count("discarded", len(dropped))
 
     def _disconnect_lagging(self) -> None:
         """Disconnect the ``disconnect``-policy subscribers that, even after what was
@@ -151,41 +163,55 @@ class Topic(Destination):
         )
         return by_messages or by_bytes
 
-    def _pump(self, subscription: Subscription) -> None:
-        """Deliver from the subscriber's cursor as far as it can take.
+    def _pump(self, subscription: Subscription, unselected: list[Message] | None = None) -> None:
+        """Deliver from the subscriber's cursor as far as it can take: the run that waits
+        for it at once (``Subscription.deliver_run``); what its selector passes over is
+        added to ``unselected`` if given.
 
         A ``discard-oldest`` subscriber that cannot take a non-persistent message
         loses it (counted as a discard, indicated on its next message) instead of
         holding the buffer.
         """
         buffer = self.buffer
-        end = self.first + len(buffer)
-        while subscription.cursor < end:
-            message = buffer[subscription.cursor - self.first]
-            if message is not None and not subscription.skips(message):
-                if not subscription.ready_for(message):
-                    queue = message.egress_queue
-                    if subscription.policy != "discard-oldest" or queue not in DISCARDABLE:
-                        subscription.waiting = True
-                        return
-                    subscription.egress.queues.count_discard(queue)
-                    self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
-                    self.fates.count("discarded", 1)
-                else:
-                    subscription.deliver(message)
+        while True:
+            start = subscription.cursor - self.first
+            if start >= len(buffer):
+                return
+            run = list(itertools.islice(buffer, start, None)) if start else list(buffer)
+            passed = subscription.deliver_run(run, unselected)
+            subscription.cursor += passed
+            if passed == len(run):
+                return
+            message = run[passed]  # one it is not ready for
+            assert message is not None
+            queue = message.egress_queue
+            if subscription.policy != "discard-oldest" or queue not in DISCARDABLE:
+                subscription.waiting = True
+                return
+            subscription.egress.queues.count_discard(queue)
+            self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
+            self.fates.count("discarded", 1)
             subscription.cursor += 1
 
-    def _trim(self) -> None:
+    def _trim(self, uncounted: int | None = None) -> None:
+        """Drop what every subscriber has passed from the buffer; those from position
+        ``uncounted`` on arrived in this dispatch and never counted in the live buffer."""
         buffer = self.buffer
         if not buffer:  # nothing to trim: no need to look at every subscriber
             return
         end = self.first + len(buffer)
         low = min((s.cursor for s in self.consumers), default=end)
+        if uncounted is None:
+            uncounted = end
+        if low == end and uncounted <= self.first:  # a run everyone took: nothing counted
+            buffer.clear()
+            self.first = end
+            return
         while self.first < low:
             message = buffer.popleft()
-            self.first += 1
-            if message is not None:
+            if message is not None and self.first < uncounted:
                 self._count_live(-1, -message.size)
+            self.first += 1
 
     def _count_live(self, messages: int, nbytes: int) -> None:
         """Messages entering (positive) or leaving (negative) the live buffer."""

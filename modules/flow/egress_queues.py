@@ -35,9 +35,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from wiremq.config.groups import EgressSettings
+from wiremq.modules.stomp._fast import take_frames
 
 WORK_UNIT = 2048  # bytes per work unit
 
@@ -112,6 +114,9 @@ class Entry(NamedTuple):
 
 
 _tuple_new = tuple.__new__  # an Entry without the NamedTuple's Python-level __new__
+# new_entry((head, tail, owner, work, item)): an Entry made as fast, for ``enqueue_run``;
+# ``work`` is its work units, (len(head) + len(tail) + 2047) >> 11 or 1.
+new_entry = partial(_tuple_new, Entry)
 
 
 class Drained(NamedTuple):
@@ -209,6 +214,27 @@ class EgressQueues:
             q.hwm = depth
         self.nonempty |= q.bit
 
+    def enqueue_run(self, queue: int, entries: list[Entry], work: int) -> None:
+        """Queue a run of frames on ``queue`` (``new_entry`` each, ``work`` their work units
+        together), as ``enqueue`` would one by one: the frames of one delivery run
+        (``Subscription.deliver_run``)."""
+        q = self._queues[queue]
+        if q.discardable and self.policy is Policy.DISCARD_OLDEST:
+            for head, tail, owner, _, item in entries:
+                self.enqueue(queue, head, tail, owner, item)
+            return
+        q.entries.extend(entries)
+        depth = q.work = q.work + work
+        if depth > q.hwm:
+            q.hwm = depth
+        self.nonempty |= q.bit
+
+    def room(self, queue: int) -> tuple[int, int]:
+        """What ``queue`` admits before it is full: frames while the first is positive
+        (below ``min_burst``), else frames whose work fits in the second (work units)."""
+        q = self._queues[queue]
+        return q.min_burst - len(q.entries), q.max_depth - q.work
+
     def _discard_for(self, q: _Queue, work: int) -> None:
         entries = q.entries
         on_discard = self._on_discard
@@ -237,7 +263,6 @@ class EgressQueues:
         """
         queues = self._queues
         taken: list[Entry] = []
-        append = taken.append
         indicated = -1
         discarded = 0
         size = 0
@@ -248,19 +273,13 @@ class EgressQueues:
                 indicated = len(taken)
                 discarded = self._discarded
                 self._discarded = 0
-            # A run of this queue's entries (strict priority: nothing above it waits).
-            entries = q.entries
-            popleft = entries.popleft
+            # A run of this queue's entries (strict priority: nothing above it waits), moved
+            # in C: this runs per frame.
             first = len(taken)
-            work = 0
-            while entries and size < budget:
-                entry = popleft()
-                work += entry[3]  # .work, .head, .tail: by index, as this runs per frame
-                size += len(entry[0]) + len(entry[1])
-                append(entry)
+            size, work = take_frames(q.entries, taken, size, budget)
             q.work -= work
             q.delivered += len(taken) - first
-            if not entries:
+            if not q.entries:
                 self.nonempty ^= q.bit
         return Drained(taken, indicated, discarded)
 

@@ -25,14 +25,19 @@ Equality = tuple[str, str | int | float]  # a header that must equal a literal: 
 class Selector:
     """A compiled selector, shared by every subscription with the same text."""
 
-    __slots__ = ("text", "match", "source", "equalities")
+    __slots__ = ("text", "match", "source", "expression", "constants", "equalities")
 
     def __init__(
-        self, text: str, match: Callable[[Any], bool], source: str, equalities: list[Equality]
+        self,
+        text: str,
+        compiled: tuple[Callable[[Any], bool], str, str, dict[str, object]],
+        equalities: list[Equality],
     ) -> None:
         self.text = text
-        self.match = match  # message -> bool: the selector is TRUE for it
-        self.source = source  # the Python it was compiled to (for the curious and the tests)
+        # match: message -> bool, the selector is TRUE for it; source: the Python it was
+        # compiled to; expression: what match returns, of ``m`` and ``h`` (m.headers), with
+        # the constants it names, for a function that tests several (``Matcher``).
+        self.match, self.source, self.expression, self.constants = compiled
         # Conditions every selected message meets: ``name = literal`` at the top level,
         # by which a queue indexes its selectors (see ``modules/destinations/filters.py``).
         self.equalities = equalities
@@ -45,8 +50,7 @@ class Selector:
 def compile_selector(text: str) -> Selector:
     """The compiled selector of ``text`` (compiled once per distinct text)."""
     tree = parse(text)
-    match, source = compile_tree(tree)
-    return Selector(text, match, source, _equalities(tree))
+    return Selector(text, compile_tree(tree), _equalities(tree))
 
 
 def _equalities(tree: object) -> list[Equality]:

@@ -23,6 +23,7 @@ header name, so no selector text is ever run as code.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -53,20 +54,32 @@ from wiremq.modules.selector.values import (
 _PYTHON = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
-def compile_tree(tree: Expression) -> tuple[Callable[[Any], bool], str]:
-    """The predicate of ``tree`` and its Python source."""
+def compile_tree(tree: Expression) -> tuple[Callable[[Any], bool], str, str, dict[str, object]]:
+    """The predicate of ``tree``, its Python source, and the expression it returns (of
+    ``m``, the message, and ``h``, its headers) with the constants that expression names
+    (named apart from every other selector's, so that one function may hold several:
+    ``modules/destinations/filters.py``)."""
     compiler = _Compiler()
     body = compiler.true(tree)
     source = f"def match(m):\n    h = m.headers\n    return {body}\n"
+    return define(source, "match", compiler.constants), source, body, compiler.constants
+
+
+def define(source: str, name: str, constants: dict[str, object]) -> Callable[..., Any]:
+    """The function ``name`` that ``source`` (generated from selectors) defines, with the
+    helpers compiled selectors call and ``constants`` in its globals."""
     namespace: dict[str, object] = {
         "_number": number,
         "_boolean": boolean,
         "_divide": divide,
         "_compare": compare_properties,
-        **compiler.constants,
+        **constants,
     }
-    exec(compile(source, "<selector>", "exec"), namespace)  # noqa: S102 - generated above
-    return namespace["match"], source  # type: ignore[return-value]
+    exec(compile(source, "<selector>", "exec"), namespace)  # noqa: S102 - generated here
+    return namespace[name]  # type: ignore[return-value]
+
+
+_CONSTANTS = itertools.count()  # every selector's constants named apart
 
 
 class _Compiler:
@@ -79,7 +92,7 @@ class _Compiler:
         return f"_t{self.temps}"
 
     def constant(self, value: object) -> str:
-        name = f"_c{len(self.constants)}"
+        name = f"_c{next(_CONSTANTS)}"
         self.constants[name] = value
         return name
 

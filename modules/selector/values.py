@@ -25,6 +25,8 @@ unknown is not true (SQL three-valued logic: ``NOT`` of unknown is
 unknown, ``FALSE AND unknown`` is false, ``TRUE OR unknown`` is true).
 
 The JMS header fields map to what the server knows of the message.
+``number`` is in C (``_number.c``): every selector comparing a header with a
+number runs it for every message it tests.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+
+from wiremq.modules.selector._number import number
+
+__all__ = ["FIELDS", "Field", "boolean", "compare_properties", "divide", "like_pattern", "number"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +65,6 @@ FIELDS = {
     "JMSExpiration": Field("NUM", "m.expires", "its expiry, ms since 1970 (0: never)"),
     "JMSXDeliveryCount": Field("NUM", "(m.redeliveries + 1)", "this delivery's number, from 1"),
 }
-
-_NUMBER = re.compile(
-    r"[+-]?(?:(\d+)|\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)"
-)
-
-
-def number(text: str | None) -> int | float | None:
-    """A property's value as a number (see the module docstring), or None."""
-    if text is None:
-        return None
-    if text.isdigit() and text.isascii():
-        return int(text)
-    match = _NUMBER.fullmatch(text)
-    if match is None:
-        return None
-    return int(text) if match.group(1) is not None else float(text)
 
 
 def boolean(text: str | None) -> bool | None:

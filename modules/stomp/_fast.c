@@ -31,6 +31,12 @@
  * touched until written); fill copies as much of data as fits from offset on. The
  * decoder owns the object and hands it out only once it is full, so no one ever
  * sees it change (nor hashes it before).
+ *
+ * take_frames(entries, taken, size, budget) -> (size, work);  frame_parts(entries, parts)
+ *
+ * The per-frame steps of writing a client's egress (flow/egress_queues.py, drain, and
+ * client/egress.py, write_out): moving entries up to a byte budget, then their heads and
+ * tails and their owners' runs. See each function's comment.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -447,6 +453,137 @@ fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(copied);
 }
 
+/* take_frames(entries, taken, size, budget) -> (size, work)
+ *
+ * The egress queues' drain (flow/egress_queues.py, EgressQueues.drain), for one queue: moves
+ * entries (head, tail, owner, work, item) from the front of the deque `entries` to the list
+ * `taken` while `size`, the bytes taken so far, is below `budget` (the whole-message rule:
+ * the entry that crosses the budget is taken whole), and returns the new size and the work
+ * units of what it moved. An entry that is not such a tuple is left in the deque and is an
+ * error (a TypeError: only EgressQueues makes entries). */
+static PyObject *
+take_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "take_frames(entries: deque, taken: list, size, budget)");
+        return NULL;
+    }
+    PyObject *entries = args[0], *taken = args[1];
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    if (size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t budget = PyLong_AsSsize_t(args[3]);
+    if (budget == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *popleft = PyObject_GetAttrString(entries, "popleft");
+    if (popleft == NULL) {
+        return NULL;
+    }
+    Py_ssize_t work = 0;
+    while (size < budget) {
+        Py_ssize_t left = PyObject_Size(entries);
+        if (left <= 0) {
+            if (left < 0) {
+                goto error;
+            }
+            break;
+        }
+        PyObject *entry = PySequence_GetItem(entries, 0); /* checked before it is taken */
+        if (entry == NULL) {
+            goto error;
+        }
+        Py_ssize_t units = -1;
+        if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 5
+            && PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) && PyBytes_Check(PyTuple_GET_ITEM(entry, 1))
+            && PyLong_Check(PyTuple_GET_ITEM(entry, 3))) {
+            units = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 3));
+        }
+        if (units < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "an egress entry is (head, tail, owner, work, item)");
+            }
+            Py_DECREF(entry);
+            goto error;
+        }
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) + PyBytes_GET_SIZE(PyTuple_GET_ITEM(entry, 1));
+        work += units;
+        int appended = PyList_Append(taken, entry);
+        Py_DECREF(entry);
+        if (appended < 0) {
+            goto error;
+        }
+        PyObject *gone = PyObject_CallNoArgs(popleft);
+        if (gone == NULL) {
+            goto error;
+        }
+        Py_DECREF(gone);
+    }
+    Py_DECREF(popleft);
+    return Py_BuildValue("(nn)", size, work);
+error:
+    Py_DECREF(popleft);
+    return NULL;
+}
+
+/* frame_parts(entries, parts) -> [(owner, items), ...]
+ *
+ * What the socket writer writes of drained egress entries (client/egress.py,
+ * Egress.write_out): appends each entry's head and tail to `parts`, and returns the runs
+ * of consecutive entries of one owner, each with the items of its entries, so that each
+ * owner is told once per run what of its was written. */
+static PyObject *
+frame_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "frame_parts(entries: list, parts: list)");
+        return NULL;
+    }
+    PyObject *entries = args[0], *parts = args[1];
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL) {
+        return NULL;
+    }
+    PyObject *owner = NULL, *items = NULL; /* the current run's, held by `runs` */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5) {
+            PyErr_SetString(PyExc_TypeError, "an egress entry is (head, tail, owner, work, item)");
+            goto error;
+        }
+        if (PyList_Append(parts, PyTuple_GET_ITEM(entry, 0)) < 0
+            || PyList_Append(parts, PyTuple_GET_ITEM(entry, 1)) < 0) {
+            goto error;
+        }
+        PyObject *who = PyTuple_GET_ITEM(entry, 2);
+        if (items == NULL || who != owner) {
+            items = PyList_New(0);
+            if (items == NULL) {
+                goto error;
+            }
+            PyObject *run = PyTuple_Pack(2, who, items);
+            Py_DECREF(items);
+            if (run == NULL) {
+                goto error;
+            }
+            int appended = PyList_Append(runs, run);
+            Py_DECREF(run);
+            if (appended < 0) {
+                goto error;
+            }
+            owner = who;
+        }
+        if (PyList_Append(items, PyTuple_GET_ITEM(entry, 4)) < 0) {
+            goto error;
+        }
+    }
+    return runs;
+error:
+    Py_DECREF(runs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"new_body", (PyCFunction)new_body, METH_O,
      "A bytes object of this size to fill (see the file's comment)."},
@@ -456,6 +593,10 @@ static PyMethodDef methods[] = {
      "Decode the plain, complete frames of a buffer (see the file's comment)."},
     {"message_tail", (PyCFunction)(void (*)(void))message_tail, METH_FASTCALL,
      "A plain MESSAGE tail, or None when a header needs escaping (see the file's comment)."},
+    {"frame_parts", (PyCFunction)(void (*)(void))frame_parts, METH_FASTCALL,
+     "Heads and tails of drained egress entries, and their owners' runs (see its comment)."},
+    {"take_frames", (PyCFunction)(void (*)(void))take_frames, METH_FASTCALL,
+     "Move an egress queue's entries to a list up to a byte budget (see its comment)."},
     {NULL, NULL, 0, NULL},
 };
 

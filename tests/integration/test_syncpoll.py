@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from twisted.internet import defer
+from structlog.testing import capture_logs
+from twisted.internet import defer, error
 
 from tests.conftest import call_in_reactor
 from tests.defaults import SETTINGS
@@ -122,6 +123,59 @@ def test_the_poller_stands_in_for_the_reactors_epoll_once(reactor: Any) -> None:
     assert isinstance(first, SyncPoller)
     assert reactor._poller is first  # noqa: SLF001
     assert call_in_reactor(reactor, SyncPoller.install, reactor) is first
+
+
+class _PipeReader:
+    """A reader of a real pipe for the reactor: notes what it read; ``fail`` makes its
+    read end the connection and the reactor's report of that (``connectionLost``)
+    raise, which Twisted's ``_doReadOrWrite`` does not catch."""
+
+    def __init__(self, fd: int, fail: bool = False) -> None:
+        self.fd = fd
+        self.fail = fail
+        self.read: list[bytes] = []
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:  # noqa: N802 - Twisted's name
+        return "pipe"
+
+    def doRead(self) -> Exception | None:  # noqa: N802
+        self.read.append(os.read(self.fd, 100))
+        return error.ConnectionDone() if self.fail else None
+
+    def connectionLost(self, reason: object) -> None:  # noqa: N802
+        raise RuntimeError("connectionLost failed")
+
+
+def test_the_reactors_turns_hand_each_event_on_and_a_failing_one_stops_no_other(
+    reactor: Any,
+) -> None:
+    """The poller takes the reactor's turns (``iterate``, without Twisted's logging
+    context): events reach their readers, and a failure that escapes the reactor's
+    handling of one is logged, the others handled as before."""
+    poller = call_in_reactor(reactor, SyncPoller.install, reactor)
+    assert reactor.doIteration == poller.iterate  # type: ignore[attr-defined]
+    failing_pipe, good_pipe = os.pipe(), os.pipe()
+    failing, good = _PipeReader(failing_pipe[0], fail=True), _PipeReader(good_pipe[0])
+    try:
+        with capture_logs() as logs:
+            call_in_reactor(reactor, reactor.addReader, failing)
+            call_in_reactor(reactor, reactor.addReader, good)
+            os.write(failing_pipe[1], b"one")
+            os.write(good_pipe[1], b"two")
+            deadline = time.monotonic() + 10
+            while not (good.read and failing.read) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            call_in_reactor(reactor, reactor.removeReader, good)
+        assert failing.read == [b"one"] and good.read == [b"two"]
+        assert failing not in reactor.getReaders()  # the reactor removed it
+        failed = [entry for entry in logs if entry["event"] == "reactor.event_failed"]
+        assert [entry["descriptor"] for entry in failed] == [failing_pipe[0]]
+    finally:
+        for fd in (*failing_pipe, *good_pipe):
+            os.close(fd)
 
 
 def _segment(tmp_path: Path) -> int:

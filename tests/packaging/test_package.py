@@ -19,7 +19,12 @@ from tests.integration.console import Api
 from tests.integration.test_cli import _wait_listening
 
 ROOT = Path(__file__).resolve().parents[2]
-C_PARTS = ("modules/stomp/_fast", "server/_syncthread", "modules/journal/_encode")
+C_PARTS = (
+    "modules/stomp/_fast",
+    "server/_syncthread",
+    "modules/journal/_encode",
+    "modules/selector/_number",
+)
 UNIT = ROOT / "packaging" / "wiremq.service"
 EXPOSURE_AT_MOST = 2.0  # systemd-analyze security: 0 (sandboxed) .. 10 (exposed)
 
@@ -61,7 +66,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_serves_stomp_and_the_console(t
         venv / "bin" / "python",
         "-c",
         "import wiremq.modules.stomp._fast, wiremq.server._syncthread, "
-        "wiremq.modules.journal._encode",
+        "wiremq.modules.journal._encode, wiremq.modules.selector._number",
     )
 
     port, admin_port = free_port(), free_port()

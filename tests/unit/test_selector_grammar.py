@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from wiremq.modules.selector import SelectorError, compile_selector
+from wiremq.modules.selector.values import number
 
 
 @dataclass
@@ -218,6 +219,72 @@ def test_numeric_rule_for_header_values():
     assert not selects("price > 100", price="")
     assert selects("code = '007'", code="007") and not selects("code = '7'", code="007")
     assert selects("code = 7", code="007") and selects("code = 7", code="7.0")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("150", 150),
+        ("-7", -7),
+        ("+42", 42),
+        ("007", 7),
+        ("\u0661\u0662", 12),  # Unicode decimal digits are digits (Python's \\d, int())
+        ("3.5", 3.5),
+        ("1.", 1.0),
+        (".5", 0.5),
+        ("-.5E-2", -0.005),
+        ("1e3", 1000.0),
+        ("2E+2", 200.0),
+        ("1e999", float("inf")),
+        (None, None),
+        ("", None),
+        ("+", None),
+        ("-", None),
+        (".", None),
+        ("+.", None),
+        (".e5", None),
+        ("e5", None),
+        ("1e", None),
+        ("1e+", None),
+        ("1.5e", None),
+        ("1.2.3", None),
+        (" 150", None),
+        ("150 ", None),
+        ("150\n", None),
+        ("1_000", None),
+        ("0x1F", None),
+        ("\u00b2", None),  # a digit (str.isdigit) that is no decimal digit
+        ("1\u00b2", None),
+        ("abc", None),
+        ("--1", None),
+    ],
+)
+def test_the_numeric_rule_exactly(text, expected):
+    """``number`` (in C): the whole text a JMS numeric literal in decimal, exact without a
+    point or exponent; anything else unknown (None)."""
+    value = number(text)
+    assert value == expected and type(value) is type(expected)
+
+
+def test_number_refuses_what_is_not_text():
+    with pytest.raises(TypeError, match="str or None"):
+        number(150)  # type: ignore[arg-type]
+
+
+def test_a_header_that_is_no_number_is_unknown_in_every_comparison_with_one():
+    """Three-valued logic over the numeric rule: NOT of unknown is unknown, FALSE AND
+    unknown is false, TRUE OR unknown is true."""
+    for price in ("abc", "", " 1", "1e"):
+        assert not selects("price > 100", price=price)
+        assert not selects("NOT (price > 100)", price=price)
+        assert not selects("price <= 100", price=price)
+        assert not selects("price BETWEEN 0 AND 1000", price=price)
+        assert not selects("price NOT BETWEEN 0 AND 1000", price=price)
+        assert selects("price > 100 OR a = 1", price=price, a="1")
+        assert not selects("NOT (price > 100 AND a = 1)", price=price, a="1")
+        assert selects("NOT (price > 100 AND a = 1)", price=price, a="2")
+        assert selects("price IS NOT NULL", price=price)
+    assert not selects("NOT (price > 100)")  # absent: NULL
 
 
 def test_two_properties_compare_as_numbers_when_both_are_else_as_text():

@@ -1,5 +1,6 @@
 """Per-client egress priority queues, drained into a byte-bounded transmit queue."""
 
+from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -8,10 +9,13 @@ from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from wiremq.modules.flow.egress_queues import (
     EgressQueue,
     EgressQueues,
+    Entry,
     Policy,
     QueueLimits,
+    new_entry,
 )
 from wiremq.modules.message import Message
+from wiremq.modules.stomp._fast import frame_parts, take_frames
 
 C1, D3, D2, D1, G1 = EgressQueue
 DEFAULT_MAX_DEPTH = DEFAULT_LIMITS[0].max_depth
@@ -314,3 +318,86 @@ def test_clear_returns_everything_in_drain_order() -> None:
 def test_bad_limits_are_refused(make: Callable[[], object]) -> None:
     with pytest.raises(ValueError):
         make()
+
+
+def _entries(names_and_sizes: list[tuple[str, int]], owner: object = None) -> list[Entry]:
+    """Entries as a delivery run makes them (``new_entry``), with their work units."""
+    made = []
+    for name, nbytes in names_and_sizes:
+        head, tail = frame(name, nbytes)
+        made.append(new_entry((head, tail, owner, (nbytes + 2047) >> 11 or 1, name)))
+    return made
+
+
+def test_a_run_is_queued_as_its_frames_one_by_one() -> None:
+    """``enqueue_run`` counts what ``enqueue`` of each frame would: work, high-water mark,
+    the queue non-empty, the frames drained in order."""
+    sizes = [("m0", 100), ("m1", UNIT + 1), ("m2", 10)]
+    one_by_one, in_a_run = EgressQueues(DEFAULT_LIMITS), EgressQueues(DEFAULT_LIMITS)
+    for name, nbytes in sizes:
+        one_by_one.enqueue(D2, *frame(name, nbytes))
+    entries = _entries(sizes)
+    in_a_run.enqueue_run(D2, entries, sum(entry.work for entry in entries))
+    assert in_a_run.stats() == one_by_one.stats()
+    assert in_a_run.holds(D2) and not in_a_run.holds(D1)
+    assert Writer().drain(in_a_run) == [b"m0", b"m1", b"m2"]
+
+
+def test_a_run_under_discard_oldest_discards_as_its_frames_would() -> None:
+    dropped: list[bytes] = []
+    queues = EgressQueues(
+        limits(D1, 2, 1), Policy.DISCARD_OLDEST, on_discard=lambda e: dropped.append(e.head)
+    )
+    entries = _entries([(f"m{n}", UNIT) for n in range(5)])
+    queues.enqueue_run(D1, entries, 5)
+    assert dropped == [b"m0", b"m1", b"m2"] and queues.discarded == 3
+    assert queues.stats()["D-1"]["length_work"] == 2
+
+
+@pytest.mark.parametrize(
+    ("max_depth", "min_burst", "queued", "room"),
+    [(4, 0, [UNIT, UNIT], (-2, 2)), (4, 3, [UNIT], (2, 3)), (2, 0, [3 * UNIT], (-1, -1))],
+)
+def test_room_is_what_has_room_counts(
+    max_depth: int, min_burst: int, queued: list[int], room: tuple[int, int]
+) -> None:
+    queues = EgressQueues(limits(D2, max_depth, min_burst))
+    for size in queued:
+        queues.enqueue(D2, *frame("m", size))
+    assert queues.room(D2) == room
+
+
+def test_take_frames_keeps_the_whole_message_rule_and_counts_work() -> None:
+    entries = deque(_entries([("m0", 60), ("m1", 60), ("m2", UNIT + 1)]))
+    taken: list[Entry] = []
+    assert take_frames(entries, taken, 0, 100) == (120, 2)  # m1 crosses the bound, whole
+    assert [e.item for e in taken] == ["m0", "m1"] and len(entries) == 1
+    assert take_frames(entries, taken, 120, 100) == (120, 0)  # at the bound: nothing
+    assert take_frames(entries, taken, 0, 1) == (UNIT + 1, 2) and not entries
+
+
+def test_take_frames_refuses_what_is_not_an_entry_and_leaves_it_queued() -> None:
+    entries: deque[object] = deque([*_entries([("m0", 10)]), ("not", "an entry")])
+    taken: list[Entry] = []
+    with pytest.raises(TypeError, match="egress entry"):
+        take_frames(entries, taken, 0, 1000)
+    assert [e.item for e in taken] == ["m0"] and list(entries) == [("not", "an entry")]
+    with pytest.raises(TypeError, match="take_frames"):
+        take_frames(entries, (), 0, 1000)
+
+
+def test_frame_parts_are_heads_and_tails_and_the_owners_runs() -> None:
+    first, second = object(), object()
+    entries = [
+        *_entries([("a", 10), ("b", 10)], first),
+        *_entries([("c", 10)], second),
+        *_entries([("d", 10)], first),
+        *_entries([("e", 10)], None),
+    ]
+    parts: list[bytes] = []
+    runs = frame_parts(entries, parts)
+    assert parts == [part for entry in entries for part in (entry.head, entry.tail)]
+    assert runs == [(first, ["a", "b"]), (second, ["c"]), (first, ["d"]), (None, ["e"])]
+    assert frame_parts([], parts) == []
+    with pytest.raises(TypeError, match="egress entry"):
+        frame_parts([("head", "tail")], [])
