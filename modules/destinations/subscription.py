@@ -10,6 +10,7 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -279,13 +280,17 @@ class Subscription:
     # -- delivery --------------------------------------------------------------------------
 
     def deliver_run(
-        self, messages: list[Message | None], unselected: list[Message] | None = None
+        self,
+        messages: list[Message | None],
+        start: int = 0,
+        unselected: list[Message] | None = None,
     ) -> int:
-        """Deliver from the start of a topic's ``messages`` as far as the consumer can take
-        them, as ``ready_for`` and ``deliver`` would one by one; returns how many it
-        passed. It passes over what it skips (``skips``; added to ``unselected`` if
-        given) and None (an expired message's place). The frames go to the egress in
-        runs, one per egress queue met (``Egress.push_messages``)."""
+        """Deliver from a topic's ``messages[start]`` on as far as the consumer can take
+        them, as ``ready_for`` and ``deliver`` would one by one; returns the index of the
+        first one it cannot take (``len(messages)``: it took them all). It passes over
+        what it skips (``skips``; added to ``unselected`` if given) and None (an expired
+        message's place). The frames go to the egress in runs, one per egress queue met
+        (``Egress.push_messages``)."""
         screened = self.accepts is not None or self.durable_key is not None
         discarding = self.policy == "discard-oldest" and self.unacked is None
         egress = self.egress
@@ -308,7 +313,7 @@ class Subscription:
         run_queue = -1  # the egress queue of the run being collected
         burst = work_left = room = 0  # what it admits (``EgressQueues.room``), at the start
         passed = len(messages)
-        for index, message in enumerate(messages):
+        for index, message in enumerate(itertools.islice(messages, start, None), start):
             if message is None or (screened and self.skips(message)):
                 if message is not None and unselected is not None:
                     unselected.append(message)

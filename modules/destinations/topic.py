@@ -173,16 +173,17 @@ class Topic(Destination):
         holding the buffer.
         """
         buffer = self.buffer
+        start = subscription.cursor - self.first
+        if start >= len(buffer):
+            return
+        run = list(itertools.islice(buffer, start, None)) if start else list(buffer)
+        taken = 0  # where in ``run`` the subscriber's cursor is
         while True:
-            start = subscription.cursor - self.first
-            if start >= len(buffer):
+            stopped = subscription.deliver_run(run, taken, unselected)
+            subscription.cursor += stopped - taken
+            if stopped == len(run):
                 return
-            run = list(itertools.islice(buffer, start, None)) if start else list(buffer)
-            passed = subscription.deliver_run(run, unselected)
-            subscription.cursor += passed
-            if passed == len(run):
-                return
-            message = run[passed]  # one it is not ready for
+            message = run[stopped]  # one it is not ready for
             assert message is not None
             queue = message.egress_queue
             if subscription.policy != "discard-oldest" or queue not in DISCARDABLE:
@@ -192,6 +193,7 @@ class Topic(Destination):
             self.services.journal.discarded_for(subscription, (message,), SLOW_SUBSCRIBER)
             self.fates.count("discarded", 1)
             subscription.cursor += 1
+            taken = stopped + 1
 
     def _trim(self, uncounted: int | None = None) -> None:
         """Drop what every subscriber has passed from the buffer; those from position

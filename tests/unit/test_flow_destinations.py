@@ -372,6 +372,19 @@ def test_a_discard_oldest_subscriber_never_exceeds_its_window_or_the_unacked_lim
     assert net.core.unacked.count <= 5
 
 
+def test_a_discard_oldest_subscriber_at_its_window_loses_a_whole_reads_run_once_each(make_net):
+    """One read of ten: the subscriber takes its window's three, the seven after are
+    discarded one after another in the same dispatch, each counted once."""
+    net = make_net({}, {"/topic/x": {"slowsubscriberpolicy": "discard-oldest"}})
+    subscriber = Peer(net, "subscriber")
+    subscriber.subscribe("/topic/x", ack="client-individual", consumerQueueEntriesSize="3")
+    publisher = Peer(net, "publisher")
+    publisher.feed(b"".join(send_frame("/topic/x", f"m{i}") for i in range(10)))  # one read
+    assert subscriber.bodies() == ["m0", "m1", "m2"]
+    state = net.topic("/topic/x").state()
+    assert (state["delivered"], state["discarded"], state["live_buffer_messages"]) == (3, 7, 0)
+
+
 # -- the thread/buffer module ---------------------------------------------------------------
 
 
