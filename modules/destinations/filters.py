@@ -58,6 +58,11 @@ class Filter(Generic[Consumer]):
         return f"<Filter {self.selector.text if self.selector else '(everything)'!r}>"
 
 
+def _nothing(message: Message) -> list[Filter]:
+    """A Matcher's function while it has no selector: nothing matches."""
+    return []
+
+
 class Matcher:
     """Which selective filters of a queue a message matches (see the module docstring)."""
 
@@ -113,6 +118,8 @@ class Matcher:
             ),
             *self.others,
         ]
+        if not filters:  # every queue has a Matcher: most never see a selector
+            return _nothing
         if len(filters) > INLINE:
             return self._indexed
         lines = []
