@@ -125,6 +125,7 @@ class StoreSettings(SettingsGroup):
     storageuri: str
     indexcachesize: int
     connecttimeout: float
+    readretryinterval: float
     cleanupinterval: float
     cleanupgaptime: float
     cleanuptransactionsize: int

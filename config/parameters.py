@@ -362,6 +362,18 @@ for _group, _file, _what in (
         ),
         Parameter(
             _group,
+            "readretryinterval",
+            float,
+            1.0,
+            "Time before a read of the store for consumers (a queue's backlog, a durable "
+            "subscriber's replay, a browser) that failed is tried again; they wait meanwhile",
+            unit="s",
+            minimum=0.01,
+            maximum=600.0,
+            live=True,
+        ),
+        Parameter(
+            _group,
             "cleanupinterval",
             float,
             60.0,

@@ -6,6 +6,8 @@ traceback to a user.
 
 from __future__ import annotations
 
+import errno
+
 
 class StoreError(Exception):
     """Base of every store failure the server is expected to handle."""
@@ -17,3 +19,13 @@ class StoreOpenError(StoreError):
 
 class StoreBusyError(StoreError):
     """Two threads used one store at once; a store has exactly one user at a time."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error``, or an error that caused it, is a full filesystem (or quota)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -19,18 +19,25 @@ changes, the last record applied to it (``LogSet.applied_lsn``): a replay
 after a crash starts right after it, so no record is applied twice or
 skipped. The two stores may be two databases (by default ``persqueue.fs`` and
 ``topics.fs``); the log is what makes a transaction that touches both atomic.
-Reads and the expiry query first apply what ZODB lacks, then read ZODB.
+Reads and the expiry query first apply what ZODB lacks, then read ZODB. On a full
+disk (another process filled it) ZODB cannot take what it lacks: it stays behind
+the log, and reads, the expiry query and an open see it as the log has it, the
+records it lacks applied in the reading unit only and never committed
+(``_view``); the catch-up applies them once there is room. So consumers drain
+a full disk and a server starts on one.
 
 At open: the log is read (a torn tail is cut and logged; damage followed by
 good records is refused before any database is touched), each database gets
-the records it lacks, and the in-memory state is rebuilt from ZODB (block
-bookkeeping only, no message content).
+the records it lacks (as many as the disk has room for), and the in-memory
+state is rebuilt from ZODB as the log has it (block bookkeeping only, no
+message content).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -49,7 +56,7 @@ from .api import (
     StoreTransaction,
 )
 from .durable import DurableLogSet, SubscriptionInfo
-from .errors import StoreError, StoreOpenError
+from .errors import StoreError, StoreOpenError, is_disk_full
 from .filestorage import WAL_NOTE
 from .logstore import open_session
 from .model import LogSet
@@ -192,6 +199,7 @@ class WalStore:
         self._held: _Record | None = None
         self._catch_up_bytes = catch_up_bytes
         self._unprepared = False  # the last catch-up could not prepare the next segment
+        self._short_of_space = False  # the last apply stopped at a full disk
         if isinstance(log, Path):
             if segment_bytes is None:
                 raise ValueError("a log in a folder needs segment_bytes")
@@ -253,7 +261,7 @@ class WalStore:
         if not behind:
             return
         start = time.monotonic()
-        transactions, messages, records = self._apply(wal.last_lsn, None)
+        transactions, messages, records = self._apply_with_room(wal.last_lsn, None)
         log.info(
             "wal.replayed",
             folder=str(wal_dir),
@@ -268,7 +276,7 @@ class WalStore:
         start = time.monotonic()
         state = StoreState()
         for part in self._parts:
-            with part.session.read() as root:
+            with self._view(part, self._wal.durable_lsn) as root:
                 for name, message_log in root.logs.items():
                     state.load_log(name, message_log.last_seq, message_log.blocks.items())
                 if isinstance(root, DurableLogSet):
@@ -370,9 +378,10 @@ class WalStore:
     ) -> Batch:
         """The messages of ``destination`` after ``after_seq``, in order, none expired
         (see ``api.MessageStore.read``); applies what ZODB lacks first."""
-        self._apply(self._wal.durable_lsn, None)
+        upto = self._wal.durable_lsn
+        self._apply_with_room(upto, None)
         part = self._parts[0 if destination.startswith(QUEUE_PREFIX) else 1]
-        with part.session.read() as root:
+        with self._view(part, upto) as root:
             message_log = root.logs.get(destination)
             if message_log is None:
                 return Batch([], after_seq, True)
@@ -394,15 +403,20 @@ class WalStore:
         dropped on the way (and count towards ``limit``, so one call stays
         bounded).
         """
-        self._apply(self._wal.durable_lsn, None)
+        upto = self._wal.durable_lsn
+        self._apply_with_room(upto, None)
         part = self._parts[0] if prefix == QUEUE_PREFIX else self._parts[1]
-        with part.session.read() as root:
+        with self._view(part, upto) as root:
             due, stale = root.due(now_ms, limit)
-        if stale:
-            with part.session.write(f"drop {len(stale)} stale expiry entries") as root:
-                part.check(root)
-                for key in stale:
-                    root.expiry.remove(key)
+        if stale and part.applied >= upto:  # (else ZODB lacks what made them stale)
+            try:
+                with part.session.write(f"drop {len(stale)} stale expiry entries") as root:
+                    part.check(root)
+                    for key in stale:
+                        root.expiry.remove(key)
+            except StoreError as error:
+                if not is_disk_full(error):
+                    raise  # (on a full disk they are dropped by a later query)
         found = [(m.expires, (d, seq), m) for d, seq, m in due]
         live = [f for f in found if self._state.is_live(*f[1])]  # not removed since
         live.sort(key=lambda f: (f[0], f[1]))
@@ -412,7 +426,8 @@ class WalStore:
         """Apply what ZODB lacks, a batch per ZODB commit, until done or ``max_seconds``
         have passed (at least one batch); drop the segments every database has applied
         and prepare the next one. Returns how many transactions were applied."""
-        transactions, _, _ = self._apply(self._wal.durable_lsn, self._clock() + max_seconds)
+        deadline = self._clock() + max_seconds
+        transactions, _, _ = self._apply_with_room(self._wal.durable_lsn, deadline)
         self._wal.release(self._applied())
         try:
             self._wal.prepare()
@@ -446,7 +461,7 @@ class WalStore:
         """Apply everything to ZODB (so that the next open has nothing to replay), drop
         the log's applied segments and release the storages and the log's folder."""
         try:
-            self._apply(self._wal.durable_lsn, None)
+            self._apply_with_room(self._wal.durable_lsn, None)
             self._wal.release(self._applied())
         finally:
             self._close_all()
@@ -463,6 +478,42 @@ class WalStore:
 
     def _applied(self) -> int:
         return min(part.applied for part in self._parts)
+
+    def _apply_with_room(self, upto: int, deadline: float | None) -> tuple[int, int, int]:
+        """``_apply``, except that a full disk leaves the databases behind the log (what
+        was applied before it stays applied): ``_view`` shows them as the log has them,
+        and a later call applies the rest once there is room."""
+        try:
+            done = self._apply(upto, deadline)
+        except StoreError as error:
+            if not is_disk_full(error):
+                raise
+            if not self._short_of_space:
+                log.warning("wal.apply_postponed", reason=str(error), applied=self._applied())
+            self._short_of_space = True
+            return 0, 0, 0
+        if self._short_of_space:
+            log.info("wal.apply_resumed", applied=self._applied())
+            self._short_of_space = False
+        return done
+
+    @contextmanager
+    def _view(self, part: _Part, upto: int) -> Iterator[LogSet]:
+        """``part``'s root as of record ``upto``: ZODB's, with the records it has not
+        applied (a full disk kept them out) applied in this reading unit only, never
+        committed."""
+        index = self._parts.index(part)
+        with part.session.read() as root:
+            after = part.applied
+            if after < upto:
+                applier = Applier(root)
+                while after < upto:
+                    read = self._wal.records(after, upto, self._catch_up_bytes)
+                    for lsn, (_, ops) in _decoded(read):
+                        applier.apply(split(ops)[index])
+                        after = lsn
+                applier.finish(after)
+            yield root
 
     def _apply(self, upto: int, deadline: float | None) -> tuple[int, int, int]:
         """Apply records up to LSN ``upto`` (until ``deadline``, if given, after at least

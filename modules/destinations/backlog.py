@@ -283,9 +283,6 @@ class StoreBacklog:
             and (seq > upto or seq in given_back or not given_back)
         ]
 
-    def read_failed(self) -> None:
-        self.read_under_way = False
-
     def give_back(self, seqs: list[int], redeliveries: dict[int, int]) -> None:
         """The live buffer (holding stored messages ``seqs``, and the delivery counts of
         the redelivered ones by position) is dropped: read it again.

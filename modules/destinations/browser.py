@@ -95,13 +95,12 @@ class QueueBrowser:
         persistence = self.services.persistence
         assert persistence is not None and self.store_after is not None
         self.read_under_way = True
-        persistence.read(
+        persistence.read_for_consumers(
             self.name,
             self.store_after,
             self.queue.backlog.settings.readmsgamount,
             persistence.queue_live_buffer_limit,
             self._read_done,
-            self._read_failed,
         )
 
     def _read_done(self, batch: Batch) -> None:
@@ -109,12 +108,6 @@ class QueueBrowser:
         found = self.queue.backlog.left_in_store(batch.messages)
         self.pending.extend(Message.from_stored(stored, seq) for seq, stored in found)
         self.store_after = None if batch.at_end else batch.last_seq
-        self.consumer_ready()
-
-    def _read_failed(self, error: Exception) -> None:
-        self.read_under_way = False
-        self.store_after = None
-        log.error("browser.read_failed", queue=self.name, error=str(error))
         self.consumer_ready()
 
     def unsubscribe(self, subscription: Subscription, unwritten: list[Message]) -> None:

@@ -24,8 +24,6 @@ from collections import deque
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Protocol
 
-import structlog
-
 from wiremq.config.groups import DurableLimitSettings, ReplayPoolSettings, ReplaySettings
 from wiremq.config.settings import Settings
 from wiremq.modules.destinations.subscription import Subscription
@@ -38,8 +36,6 @@ from wiremq.stores.records import StoredMessage
 if TYPE_CHECKING:
     from wiremq.modules.destinations.expiry import Expiry
     from wiremq.modules.persistence.store import Persistence
-
-log = structlog.get_logger("wiremq.durable")
 
 
 class Replayed(Protocol):
@@ -136,13 +132,12 @@ class ReplayManager:
         persistence = self.persistence
         assert persistence is not None
         self.reading_bytes += amount
-        persistence.read(
+        persistence.read_for_consumers(
             topic.name,
             self._positions[subscription],
             self.settings.replaymsgamount,
             amount,
             lambda batch: self._replayed(topic, subscription, batch, amount),
-            lambda error: self._read_failed(subscription, error, amount),
         )
 
     def _later(self, step: Callable[[], None]) -> None:
@@ -184,11 +179,6 @@ class ReplayManager:
             self._finish(subscription)
         else:
             self._later(lambda: self._go_live(topic, subscription))
-
-    def _read_failed(self, subscription: Subscription, error: Exception, amount: int) -> None:
-        self.reading_bytes -= amount
-        log.error("durable.replay_failed", subscription=subscription.durable_key, error=str(error))
-        self._finish(subscription)
 
 
 def _read_back(stored: StoredMessage, seq: int, restored: int) -> Message:

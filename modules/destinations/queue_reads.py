@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import structlog
-
 from wiremq.modules.destinations.backlog import Read, StoreBacklog
 from wiremq.modules.destinations.filters import Filter
 from wiremq.modules.destinations.queue_counts import QueueCounts
@@ -31,8 +29,6 @@ from wiremq.stores.records import StoredMessage
 if TYPE_CHECKING:
     from wiremq.modules.destinations.expiry import Expiry
     from wiremq.modules.persistence.store import Persistence
-
-log = structlog.get_logger("wiremq.queue")
 
 
 class BacklogReads:
@@ -104,13 +100,12 @@ class BacklogReads:
         backlog.read_under_way = True
         limit = persistence.queue_live_buffer_limit
         room = max(1, limit - in_memory if read.match is None else limit)
-        persistence.read(
+        persistence.read_for_consumers(
             self.name,
             read.after,
             backlog.settings.readmsgamount,
             room,
             lambda batch: self._read_done(read, batch),
-            self._read_failed,
             read.match,
             read.examine,
         )
@@ -134,10 +129,6 @@ class BacklogReads:
             self.counts.live_buffer_add(message.size)
             messages.append(message)
         self.arrived(messages)
-
-    def _read_failed(self, error: Exception) -> None:
-        self.backlog.read_failed()
-        log.error("queue.read_failed", queue=self.name, error=str(error))
 
     def give_back(self, messages: list[Message]) -> None:
         """The live buffer's ``messages`` (out of memory now) are read again from the

@@ -22,12 +22,14 @@ from wiremq.config.groups import (
     QueueStoreSettings,
     ReplaySettings,
     StoreBufferSettings,
+    StoreSettings,
 )
 from wiremq.config.settings import Settings
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.groupcommit import GroupCommit
 from wiremq.modules.runtime import Runtime
 from wiremq.stores.api import (
+    QUEUE_PREFIX,
     Batch,
     Committed,
     Match,
@@ -169,6 +171,7 @@ class Persistence:
     def __init__(self, store: MessageStore, runtime: Runtime, settings: Settings) -> None:
         self.store = store
         self.runtime = runtime
+        self.settings = settings
         # Told which destinations a commit changed (store watermarks and spool usage follow).
         self.on_changed: Callable[[set[str]], None] = lambda names: None
         self.writer = StoreWriter(store, runtime, self._committed)
@@ -366,6 +369,33 @@ class Persistence:
             done,
             failed,
         )
+
+    def read_for_consumers(
+        self,
+        destination: str,
+        after_seq: int,
+        limit: int,
+        max_bytes: int,
+        done: Callable[[Batch], None],
+        match: Match | None = None,
+        examine: int | None = None,
+    ) -> None:
+        """``read``, for consumers waiting on it: a read that fails is logged and tried
+        again after the store's ``readretryinterval``, until it succeeds (nothing is skipped
+        and the consumers are not forgotten; a console action's read fails instead)."""
+        group = "PersQueueFileStore" if destination.startswith(QUEUE_PREFIX) else "TopicFileStore"
+
+        def attempt() -> None:
+            self.read(destination, after_seq, limit, max_bytes, done, retry, match, examine)
+
+        def retry(error: Exception) -> None:
+            interval = StoreSettings.read(self.settings, group).readretryinterval
+            log.error(
+                "store.read_failed", destination=destination, error=str(error), retry_s=interval
+            )
+            self.runtime.call_later(interval, attempt)
+
+        attempt()
 
     def statistics(self) -> dict[str, dict[str, int]]:
         """Commits made and what they carried."""

@@ -547,3 +547,43 @@ def test_a_segment_that_cannot_be_prepared_for_lack_of_space_leaves_nothing(
         log.prepare()  # tried again: there is room now
         assert (disk / "wal" / "prepared.tmp").stat().st_size == MIB
         log.close()
+
+
+def test_databases_a_full_disk_keeps_behind_the_log_are_read_as_the_log_has_them(
+    tmp_path: Path,
+) -> None:
+    """Another process fills the disk while the databases lack records (their catch-up
+    lagged): reads, the expiry query, an open and a close go on from the log, and the
+    databases catch up once there is room."""
+    body = b"x" * (64 * 1024)
+    with small_tmpfs(tmp_path / "disk", 16 * MIB) as disk:
+        store = open_store(disk, segment_bytes=MIB)
+        seqs = send(store, *(message(f"m{i}", body=body) for i in range(40)))
+        send(store, message("soon", expires=5))
+        commit(store, removals=(("/queue/a", seqs[0]),))
+        wanted = [f"m{i}" for i in range(1, 40)] + ["soon"]
+        reserve = disk / "reserve"  # what the server gives back on a full disk
+        reserve.write_bytes(b"\1" * MIB)
+        fill_up(disk / "filler")
+        reserve.unlink()
+        with capture_logs() as logs:
+            assert stored_ids(store) == wanted  # its 2.5 MiB cannot be applied in 1 MiB
+            assert [m.message_id for _, m in store.expired("/queue/", 10, 10)] == ["soon"]
+            store.close()  # (applies what it can: nothing)
+            store = open_store(disk, segment_bytes=MIB)
+            assert stored_ids(store) == wanted
+            assert store.count("/queue/a")[0] == 40
+        events = [e["event"] for e in logs]
+        assert events.count("wal.apply_postponed") == 2, events  # once per open store
+        (disk / "filler").unlink()
+        with capture_logs() as logs:
+            store.catch_up(60.0)
+        assert [e["event"] for e in logs if e["event"].startswith("wal.apply")] == [
+            "wal.apply_resumed"
+        ]
+        store.close()
+        with capture_logs() as logs:
+            store = open_store(disk, segment_bytes=MIB)
+        assert not [e for e in logs if e["event"] == "wal.replayed"]  # nothing left to apply
+        assert stored_ids(store) == wanted
+        store.close()
