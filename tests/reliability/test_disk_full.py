@@ -31,11 +31,15 @@ DISK = 48 * MIB
 BODY_BYTES = 64 * 1024
 QUEUE = "/queue/disk.full"
 HELD_AFTER = 4.0  # seconds without a receipt: the producer is held
-CONFIG = """<wiremq>
+
+
+def config(catchup: float) -> str:
+    """config.xml, the databases catching up with the log every ``catchup`` seconds."""
+    return f"""<wiremq>
   <Server packinterval="1"/>
-  <WriteAheadLog segmentsize="{segment}" catchupinterval="{catchup}"/>
-  <DiskSpace minfreebytes="{minfree}" resumefreebytes="{resumefree}"
-             reservebytes="{reserve}" checkinterval="0.1"/>
+  <WriteAheadLog segmentsize="{MIB}" catchupinterval="{catchup}"/>
+  <DiskSpace minfreebytes="{12 * MIB}" resumefreebytes="{16 * MIB}"
+             reservebytes="{6 * MIB}" checkinterval="0.1"/>
 </wiremq>
 """
 
@@ -150,14 +154,7 @@ def test_a_full_disk_holds_producers_serves_consumers_and_restarts(small_disk, t
     be applied on the full disk: reads and the restart take it from the log."""
     data = small_disk / "data"
     data.mkdir()
-    config = CONFIG.format(
-        segment=MIB,
-        catchup=catchup,
-        minfree=12 * MIB,
-        resumefree=16 * MIB,
-        reserve=6 * MIB,
-    )
-    (data / "config.xml").write_text(config)
+    (data / "config.xml").write_text(config(catchup))
     admin = free_port()
     first = ServerProcess.start(data, tmp_path / "first.log", admin_port=admin)
     servers = [first]
