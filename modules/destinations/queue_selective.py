@@ -38,13 +38,12 @@ class SelectiveDispatch:
         self,
         main: Levels,
         consumers: OrderedDict[Subscription, None],
-        groups: Groups,
         counts: QueueCounts,
         runtime: Runtime,
     ) -> None:
         self.main = main  # the queue's list: every message waiting in memory
         self.consumers = consumers  # the queue's, in round-robin order
-        self.groups = groups
+        self.groups = Groups()  # the queue's message groups
         self.counts = counts
         self.runtime = runtime
         self.everyone: Filter[Subscription] = Filter(None, main)  # the consumers without a selector
@@ -80,6 +79,11 @@ class SelectiveDispatch:
             self._serve()
         expired, self.met_expired = self.met_expired, []
         return expired
+
+    def holds_nothing(self) -> bool:
+        """No message waits to be routed, nor for the owner of its group."""
+        groups = self.groups
+        return not self.unrouted and not groups and not groups.reserved
 
     def best_waiting(self) -> int:
         """The highest priority waiting in memory (-1: none)."""
