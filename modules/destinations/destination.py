@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from wiremq.config.groups import DestinationPolicy, QueueStoreSettings, WatermarkLimits
@@ -85,7 +86,7 @@ class Destination(ABC):
     def __init__(self, name: str, services: DestinationServices) -> None:
         self.name = name
         self.services = services
-        self.policy = DestinationPolicy.for_destination(services.settings, name)
+        self.policy = _policy_of(services.settings, name)
         # Insertion-ordered, so that adding and removing one costs the same however many
         # there are.
         self.consumers: dict[Subscription, None] = {}
@@ -156,7 +157,7 @@ class Destination(ABC):
         follow. A watermark switched on starts from what it holds now (and may stop its
         producers at once); one changed or switched off is judged again."""
         settings = self.services.settings
-        self.policy = DestinationPolicy.for_destination(settings, self.name)
+        self.policy = _policy_of(settings, self.name)
         if self.policy.shutdown:  # its producers' next SENDs are refused (admission)
             for producer in list(self.producers):
                 self.remove_producer(producer)
@@ -301,6 +302,23 @@ class Destination(ABC):
     @abstractmethod
     def state(self) -> dict[str, object]:
         """Flow-control state and counts, for the admin view."""
+
+
+def _policy_of(settings: Settings, name: str) -> DestinationPolicy:
+    """The policy of destination ``name``; equal policies are one object (most
+    destinations have the defaults: 100,000 of them held one each)."""
+    return _shared(DestinationPolicy.for_destination(settings, name))
+
+
+# Distinct policies kept shared: each is the defaults with one set of overrides, so a server
+# has a few; one evicted is made again when asked for (equal, not shared).
+SHARED_POLICIES = 256
+
+
+@lru_cache(maxsize=SHARED_POLICIES)
+def _shared(policy: DestinationPolicy) -> DestinationPolicy:
+    """The first of the policies equal to ``policy`` still kept."""
+    return policy
 
 
 NOTHING = StoreTransaction()

@@ -32,7 +32,8 @@ so the parts that most queues never use are made when first needed, not with
 the queue. The two ways of dispatching come with the first consumer (the
 selective one also with a first group message: ``_selective_way``), the
 redelivery state with the first message that comes back (``_redelivery``);
-the sweeps hold no state of their own and are made for each use.
+the sweeps hold no state of their own and are made for each use; the list of
+consumers is a shared empty one until the first comes.
 
 What an operator does to a queue (``modules/operations.py``, the console)
 keeps its names here, at the end; the backlog and the sweeps do it.
@@ -42,6 +43,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Collection
+from types import MappingProxyType
+from typing import cast
 
 from wiremq.modules.destinations.backlog import StoreBacklog
 from wiremq.modules.destinations.deadletter import REJECTED
@@ -75,8 +78,9 @@ class Queue(Destination):
         self.main = main = Levels(home=True)  # every message waiting in memory
         main.checks = False  # a plain queue's list: see levels.py
         self._plain_level = main.levels[JMS_DEFAULT_PRIORITY]
-        # In round-robin order: each consumer offered a message moves to the end.
-        self.consumers: OrderedDict[Subscription, None] = OrderedDict()
+        # In round-robin order: each consumer offered a message moves to the end. Shared
+        # and empty until the first consumer comes (``subscribe``).
+        self.consumers: OrderedDict[Subscription, None] = NO_CONSUMERS
         self.arrivals = 0  # numbers messages in arrival order
         self.selective = False  # dispatched the selective way (see the module docstring)
         self.uses_groups = False  # a group message came: dispatched the selective way from now
@@ -102,10 +106,16 @@ class Queue(Destination):
         message)."""
         selective = self.selective_dispatch
         if selective is None:
+            self._own_consumers()
             selective = self.selective_dispatch = SelectiveDispatch(
                 self.main, self.consumers, self.counts, self.services.runtime
             )
         return selective
+
+    def _own_consumers(self) -> None:
+        """Its list of consumers becomes its own (before a way of dispatching holds it)."""
+        if self.consumers is NO_CONSUMERS:
+            self.consumers = OrderedDict()
 
     def _redelivery(self) -> Redelivery:
         """The redelivery state, made when the first message comes back."""
@@ -283,6 +293,7 @@ class Queue(Destination):
     # -- consumers -------------------------------------------------------------------------
 
     def subscribe(self, subscription: Subscription) -> None:
+        self._own_consumers()
         super().subscribe(subscription)
         if self.plain_dispatch is None:
             self.plain_dispatch = PlainDispatch(
@@ -448,6 +459,11 @@ class Queue(Destination):
         """Every stored message waiting up to ``upto`` was removed
         (``StoreBacklog.purged``)."""
         self.backlog.purged(upto)
+
+
+# The consumers of a queue that never had one: shared, and read-only so that adding to it
+# fails loudly.
+NO_CONSUMERS = cast("OrderedDict[Subscription, None]", MappingProxyType(OrderedDict()))
 
 
 def _read_level_and_group(message: Message) -> None:

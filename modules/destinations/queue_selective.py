@@ -34,6 +34,23 @@ from wiremq.modules.runtime import Runtime
 class SelectiveDispatch:
     """The selective way for one queue (see the module docstring)."""
 
+    __slots__ = (
+        "main",
+        "consumers",
+        "groups",
+        "counts",
+        "runtime",
+        "everyone",
+        "filters",
+        "matcher",
+        "exclusive",
+        "unrouted",
+        "unrouted_levels",
+        "met_expired",
+        "serve_all",
+        "served",
+    )
+
     def __init__(
         self,
         main: Levels,
