@@ -23,13 +23,19 @@ class Log:
         return len(batch)
 
 
-def make(max_items=5, max_bytes=1000, max_delay=0.005):
+def make(max_items=5, max_bytes=1000, max_delay=0.005, commit_seconds=0.0):
+    """A group commit whose commits each take ``commit_seconds`` on the fake clock."""
     runtime = FakeRuntime()
     worker = runtime.worker("store")
     log = Log()
+
+    def commit(batch):
+        runtime.now += commit_seconds
+        return log.commit(batch)
+
     group = GroupCommit(
         runtime,
-        lambda batch, done, failed: worker.submit(lambda: log.commit(batch), done, failed),
+        lambda batch, done, failed: worker.submit(lambda: commit(batch), done, failed),
         lambda batch, result: log.committed.append(batch),
         lambda batch, error: log.failed.append(batch),
         size=lambda item: item,
@@ -69,6 +75,54 @@ def test_items_added_during_a_commit_go_together_when_it_finishes():
     assert len(worker.calls) == 1
     worker.run()  # [1] finishes, then [2, 3, 4] is committed at once
     assert log.commits == [[1], [2, 3, 4]]
+
+
+def test_producers_a_commit_answers_share_the_next_one_with_those_that_waited():
+    # Producers that each wait for their receipt: 1 and 2 are committed, 3 and 4 come
+    # meanwhile; the batch [3, 4] waits for 1's and 2's producers to come back instead
+    # of being committed at once (which would make two halves alternate for good).
+    runtime, worker, log, group = make(max_items=100, commit_seconds=0.001)
+    group.add(1)
+    group.add(2)
+    runtime.run_soon()
+    group.add(3)
+    group.add(4)
+    worker.run()
+    assert log.commits == [[1, 2]] and worker.calls == []  # [3, 4] waits
+    group.add(5)
+    group.add(6)  # the answered producers are back: as large as expected
+    runtime.run_soon()
+    worker.run()
+    assert log.commits == [[1, 2], [3, 4, 5, 6]]
+    group.add(7)
+    runtime.run_soon()
+    assert worker.calls == []  # the next commit is expected to carry 4 again
+
+
+def test_the_batch_waits_for_the_answered_at_most_as_long_as_the_last_commit_took():
+    runtime, worker, log, group = make(max_items=100, commit_seconds=0.002)
+    group.add(1)
+    runtime.run_soon()
+    group.add(2)
+    worker.run()  # [1] took 2 ms: [2] waits up to 2 ms for 1's producer
+    runtime.advance(0.0019)
+    assert log.commits == [[1]] and worker.calls == []
+    runtime.advance(0.0002)
+    worker.run()
+    assert log.commits == [[1], [2]]
+
+
+def test_the_wait_for_the_answered_never_passes_the_oldest_items_max_delay():
+    runtime, worker, log, group = make(max_items=100, max_delay=0.005, commit_seconds=0.004)
+    group.add(1)
+    runtime.run_soon()
+    group.add(2)  # at 0 s, while [1] is committed (until 4 ms)
+    worker.run()
+    runtime.advance(0.0009)  # 4.9 ms: within the last commit's 4 ms, within max_delay
+    assert log.commits == [[1]] and worker.calls == []
+    runtime.advance(0.0002)  # 5.1 ms: [2] has waited max_delay
+    worker.run()
+    assert log.commits == [[1], [2]]
 
 
 def test_max_delay_closes_a_batch_while_the_worker_is_busy():
