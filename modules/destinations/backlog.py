@@ -42,13 +42,18 @@ counts of the redelivered ones wait here until they are read back
 Stored messages an operator takes out of the backlog (``withhold``) are
 skipped by every read until the main read passes them, since a read may run
 before their removal is committed.
+
+Most queues never leave a message in the store: until one does, its counts per
+priority and its sets of positions are shared empty ones (``NONE_LEFT``,
+``NO_POSITIONS``), so that an idle queue holds no list or set of its own for
+the garbage collector to walk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from wiremq.config.groups import QueueStoreSettings
 from wiremq.modules.destinations.levels import PRIORITIES
@@ -59,6 +64,10 @@ if TYPE_CHECKING:
     from wiremq.modules.destinations.filters import Filter
 
 Found = list[tuple[int, StoredMessage]]
+# Shared by the queues that left nothing in the store yet (see the module docstring):
+# tuples and a frozenset, so that writing to them fails loudly.
+NONE_LEFT = cast("list[int]", (0,) * PRIORITIES)
+NO_POSITIONS = cast("set[int]", frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,26 @@ class Read:
 class StoreBacklog:
     """See the module docstring."""
 
+    __slots__ = (
+        "settings",
+        "after",
+        "leaves",
+        "given_back",
+        "given_back_upto",
+        "given_back_redeliveries",
+        "withheld",
+        "left_upto",
+        "pulled",
+        "sweep_at",
+        "sweep_after",
+        "left",
+        "left_total",
+        "level_after",
+        "unsurveyed",
+        "survey_after",
+        "read_under_way",
+    )
+
     def __init__(self, settings: QueueStoreSettings) -> None:
         self.settings = settings
         self.after: int | None = None  # stored messages after this one are not in memory
@@ -86,26 +115,27 @@ class StoreBacklog:
         # A live buffer given back: its messages are read again from the store, and of the
         # stored messages up to ``given_back_upto`` only those (the others there are held
         # by consumers, or acknowledged and on their way out of the store).
-        self.given_back: set[int] = set()
+        self.given_back = NO_POSITIONS
         self.given_back_upto = 0
         # The delivery counts of redelivered messages given back, by position.
         self.given_back_redeliveries: dict[int, int] = {}
         # Stored messages an operator took out of the backlog (deleted, moved) whose removal
         # a read may not see yet: its reads skip them.
-        self.withheld: set[int] = set()
+        self.withheld = NO_POSITIONS
         self.left_upto = 0  # the last message left in the store (0: unknown)
         self.pulled: dict[int, str] = {}  # read out of order, after ``after``: their ids
         self.sweep_at = 0  # pulled messages remembered that make a sweep worth it
         self.sweep_after: int | None = None  # a sweep under way: how far it looked
-        self.left = [0] * PRIORITIES  # messages left in the store, per priority
-        self.left_total = [0] * PRIORITIES  # messages ever left, per priority
-        self.level_after = [0] * PRIORITIES  # how far each priority's reads went
+        self.left = NONE_LEFT  # messages left in the store, per priority
+        self.left_total = NONE_LEFT  # messages ever left, per priority
+        self.level_after = NONE_LEFT  # how far each priority's reads went
         self.unsurveyed = False  # after a restart: priorities in the store unknown
         self.survey_after = 0
         self.read_under_way = False
 
     def leave(self, seq: int, priority: int) -> None:
         """A stored message that memory does not keep."""
+        self._own_counts()
         if self.after is None:
             self.after = seq - 1  # it, and all after, stay in the store
             self.level_after = [max(a, seq - 1) for a in self.level_after]
@@ -116,9 +146,19 @@ class StoreBacklog:
 
     def restore(self) -> None:
         """At start-up every stored message is in the store only."""
+        self._own_counts()
         self.after = 0
         self.left[JMS_DEFAULT_PRIORITY] = 1  # some, as far as known
         self.unsurveyed = True
+
+    def _own_counts(self) -> None:
+        """The queue leaves messages in the store: its counts per priority are its own."""
+        if self.left is NONE_LEFT:
+            self.left = [0] * PRIORITIES
+        if self.left_total is NONE_LEFT:
+            self.left_total = [0] * PRIORITIES
+        if self.level_after is NONE_LEFT:
+            self.level_after = [0] * PRIORITIES
 
     # -- what to read next -----------------------------------------------------------------
 
@@ -220,7 +260,7 @@ class StoreBacklog:
 
     def _main_read(self, last: int, seen_all: bool) -> None:
         if last >= self.given_back_upto:
-            self.given_back.clear()  # read past them all (any not met left the store)
+            self.given_back = NO_POSITIONS  # read past them all (any not met left the store)
         if seen_all:
             self._caught_up()
             return
@@ -228,22 +268,24 @@ class StoreBacklog:
         if self.pulled:
             self.pulled = {seq: i for seq, i in self.pulled.items() if seq > last}
         if self.withheld:
-            self.withheld = {seq for seq in self.withheld if seq > last}
+            self.withheld = {seq for seq in self.withheld if seq > last} or NO_POSITIONS
         self.level_after = [max(a, last) for a in self.level_after]
 
     def _caught_up(self) -> None:
         """Nothing waits in the store that is not in memory."""
         self.after = None
         self.pulled.clear()
-        self.withheld.clear()
-        self.given_back.clear()
+        self.withheld = NO_POSITIONS
+        self.given_back = NO_POSITIONS
         self.sweep_after = None
-        self.left = [0] * PRIORITIES
+        self.left = NONE_LEFT  # nothing is left (a read of one priority is not under way)
         self.unsurveyed = False
 
     def withhold(self, positions: list[int]) -> None:
         """Stored messages an operator takes out of the backlog: no read hands them out,
         even one that ran before their removal was committed."""
+        if self.withheld is NO_POSITIONS:
+            self.withheld = set()
         self.withheld.update(positions)
         for seq in positions:
             self.given_back_redeliveries.pop(seq, None)
@@ -263,8 +305,10 @@ class StoreBacklog:
         if not self.given_back and not self.pulled and not self.withheld:
             return read
         kept = self.left_in_store(read)
-        for seq, _ in kept:
-            self.given_back.discard(seq)
+        if self.given_back:
+            given_back = self.given_back
+            for seq, _ in kept:
+                given_back.discard(seq)
         return kept
 
     def left_in_store(self, found: Found) -> Found:
@@ -292,6 +336,9 @@ class StoreBacklog:
         the reads skip them by remembering exactly which ones were given back. Every
         message after ``given_back_upto`` was never handed out.
         """
+        self._own_counts()
+        if self.given_back is NO_POSITIONS:
+            self.given_back = set()
         self.given_back.update(seqs)
         self.given_back_redeliveries.update(redeliveries)
         upto = max(seqs) if self.after is None else self.after

@@ -11,9 +11,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from functools import lru_cache
+from typing import TYPE_CHECKING, ClassVar, cast
 
-from wiremq.config.groups import DestinationPolicy, WatermarkLimits
+from wiremq.config.groups import DestinationPolicy, QueueStoreSettings, WatermarkLimits
 from wiremq.config.settings import Settings
 from wiremq.modules.destinations.fates import FateCounts
 from wiremq.modules.destinations.traffic import Traffic
@@ -54,6 +55,16 @@ class DestinationServices:
     # destination (a disconnect walked all of them: 35 ms with 100,000 queues)
     sending: dict[Producer, set[Destination]] = field(default_factory=dict)
     traffic: Traffic = field(default_factory=Traffic)  # the server's received and delivered
+    # What every queue's backlog reads of the settings: one object for them all, not one
+    # each (``read_settings``).
+    queue_store: QueueStoreSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.read_settings()
+
+    def read_settings(self) -> None:
+        """Read the settings shared by every destination (again: they may have changed)."""
+        self.queue_store = QueueStoreSettings.read(self.settings, "PersQueueFileStore")
 
 
 def count_into(watermarks: tuple[Watermark | None, ...], messages: int, nbytes: int) -> None:
@@ -75,21 +86,16 @@ class Destination(ABC):
     def __init__(self, name: str, services: DestinationServices) -> None:
         self.name = name
         self.services = services
-        self.policy = DestinationPolicy.for_destination(services.settings, name)
+        self.policy = _policy_of(services.settings, name)
         # Insertion-ordered, so that adding and removing one costs the same however many
         # there are.
         self.consumers: dict[Subscription, None] = {}
-        self.producers: set[Producer] = set()
+        # Shared and empty until a producer comes (most destinations of a large server have
+        # none most of the time): ``add_producer`` gives it a set of its own.
+        self.producers: set[Producer] = NO_PRODUCERS
         # A full store refuses persistent SENDs here (an ERROR) instead of stopping producers.
         self.fail_when_full = self.policy.whenfull == "fail"
-        store_gate = services.flow.stores[self.domain]
-        self.gates: list[Watermark] = [
-            g
-            for g in services.flow.gates[self.domain]
-            if not (self.fail_when_full and g is store_gate)
-        ]
         self.store_watermark: Watermark | None = None  # its persistent store's, if any
-        self.own: list[Watermark] = []  # its own watermarks, whether they stop or not
         self.last_dispatch = services.runtime.monotonic()
         self.removed = False  # taken out of the registry: a new one of its name may exist
         self.delivered_before = 0  # deliveries to consumers that have gone
@@ -102,11 +108,7 @@ class Destination(ABC):
         if not limits.enabled:
             return None
         producers: Callable[[], set[Producer]] = (lambda: self.producers) if stops else set
-        watermark = Watermark(f"{kind} {self.name}", limits, producers)
-        self.own.append(watermark)
-        if stops:
-            self.gates.append(watermark)
-        return watermark
+        return Watermark(f"{kind} {self.name}", limits, producers)
 
     # Its own watermarks: (attribute, kind, group, prefix); whether one stops producers is
     # ``_stops(kind)``.
@@ -115,6 +117,30 @@ class Destination(ABC):
     def _make_own_watermarks(self) -> None:
         for attribute, kind, group, prefix in self.OWN_WATERMARKS:
             setattr(self, attribute, self.own_watermark(kind, group, prefix, self._stops(kind)))
+
+    @property
+    def own(self) -> list[Watermark]:
+        """Its own watermarks that are switched on, whether they stop or not."""
+        own = [getattr(self, attribute) for attribute, *_ in self.OWN_WATERMARKS]
+        return [w for w in own if w is not None]
+
+    @property
+    def gates(self) -> list[Watermark]:
+        """The watermarks whose trips stop its producers: its domain's (those added while
+        the server runs included; not its store's if a full store refuses persistent SENDs
+        here instead) and its own that stop (``_stops``). Made when asked (a producer comes
+        or goes, the console looks): a list kept by each of 100,000 destinations was two
+        objects more each for the garbage collector to walk."""
+        flow = self.services.flow
+        store_gate = flow.stores[self.domain]
+        gates = [
+            g for g in flow.gates[self.domain] if not (self.fail_when_full and g is store_gate)
+        ]
+        for attribute, kind, _, _ in self.OWN_WATERMARKS:
+            watermark = getattr(self, attribute)
+            if watermark is not None and self._stops(kind):
+                gates.append(watermark)
+        return gates
 
     def _stops(self, kind: str) -> bool:
         """Whether trips of its own ``kind`` watermark stop its producers (a full store does
@@ -131,7 +157,7 @@ class Destination(ABC):
         follow. A watermark switched on starts from what it holds now (and may stop its
         producers at once); one changed or switched off is judged again."""
         settings = self.services.settings
-        self.policy = DestinationPolicy.for_destination(settings, self.name)
+        self.policy = _policy_of(settings, self.name)
         if self.policy.shutdown:  # its producers' next SENDs are refused (admission)
             for producer in list(self.producers):
                 self.remove_producer(producer)
@@ -147,6 +173,8 @@ class Destination(ABC):
 
     def add_producer(self, producer: Producer) -> None:
         """A client sends here: it is stopped at once if a watermark is tripped."""
+        if self.producers is NO_PRODUCERS:
+            self.producers = set()
         self.producers.add(producer)
         self.services.sending.setdefault(producer, set()).add(self)
         self.services.flow.produces(self.domain, producer)
@@ -155,6 +183,8 @@ class Destination(ABC):
 
     def remove_producer(self, producer: Producer) -> None:
         self.producers.discard(producer)
+        if not self.producers:
+            self.producers = NO_PRODUCERS
         self.unlist(producer)
         for gate in self.gates:
             gate.forget(producer)
@@ -274,5 +304,25 @@ class Destination(ABC):
         """Flow-control state and counts, for the admin view."""
 
 
+def _policy_of(settings: Settings, name: str) -> DestinationPolicy:
+    """The policy of destination ``name``; equal policies are one object (most
+    destinations have the defaults: 100,000 of them held one each)."""
+    return _shared(DestinationPolicy.for_destination(settings, name))
+
+
+# Distinct policies kept shared: each is the defaults with one set of overrides, so a server
+# has a few; one evicted is made again when asked for (equal, not shared).
+SHARED_POLICIES = 256
+
+
+@lru_cache(maxsize=SHARED_POLICIES)
+def _shared(policy: DestinationPolicy) -> DestinationPolicy:
+    """The first of the policies equal to ``policy`` still kept."""
+    return policy
+
+
 NOTHING = StoreTransaction()
+# The producers of a destination that has none: shared, and a frozenset so that adding to
+# it fails loudly.
+NO_PRODUCERS = cast("set[Producer]", frozenset())
 STORE_WATERMARKS = ("PersQueueStore", "TopicStore")

@@ -66,6 +66,8 @@ def _nothing(message: Message) -> list[Filter]:
 class Matcher:
     """Which selective filters of a queue a message matches (see the module docstring)."""
 
+    __slots__ = ("indexed", "others", "matching")
+
     def __init__(self) -> None:
         # header name -> (filters by the text it must equal, filters by the number)
         self.indexed: dict[str, tuple[dict[str, list[Filter]], dict[object, list[Filter]]]] = {}

@@ -29,6 +29,8 @@ CLOSES_GROUP = "-1"
 class Groups:
     """Who owns each group of a queue, and the messages that wait for the owners."""
 
+    __slots__ = ("owners", "owned", "reserved", "blocked")
+
     def __init__(self) -> None:
         self.owners: dict[str, Subscription] = {}
         self.owned: dict[Subscription, set[str]] = {}

@@ -18,13 +18,22 @@ its other jobs is a small object it owns, handed only what that job needs:
 - ``SelectiveDispatch`` (``queue_selective.py``): the *selective* way, while a
   consumer has a selector or is exclusive, and for good once a message group
   was seen: each waiting message knows its ``level``, ``group`` and ``home``
-  list then (``_set_selective``);
+  list then (``_set_selective``); the message groups (``groups.py``) are its;
 - ``StoreBacklog`` (``backlog.py``) and ``BacklogReads``
   (``queue_reads.py``): what is left in the store, and reading it back;
 - ``Redelivery`` (``queue_redelivery.py``): messages that come back
   unacknowledged;
 - ``QueueSweeps`` (``queue_sweeps.py``): what leaves memory undelivered
   (expired messages, an idle live buffer).
+
+Most queues of a large server hold a message or none and never see a consumer
+for long, and Python's full collections walk every object each of them keeps:
+so the parts that most queues never use are made when first needed, not with
+the queue. The two ways of dispatching come with the first consumer (the
+selective one also with a first group message: ``_selective_way``), the
+redelivery state with the first message that comes back (``_redelivery``);
+the sweeps hold no state of their own and are made for each use; the list of
+consumers is a shared empty one until the first comes.
 
 What an operator does to a queue (``modules/operations.py``, the console)
 keeps its names here, at the end; the backlog and the sweeps do it.
@@ -34,12 +43,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Collection
+from types import MappingProxyType
+from typing import cast
 
-from wiremq.config.groups import QueueStoreSettings
 from wiremq.modules.destinations.backlog import StoreBacklog
 from wiremq.modules.destinations.deadletter import REJECTED
 from wiremq.modules.destinations.destination import NOTHING, Destination, DestinationServices
-from wiremq.modules.destinations.groups import Groups
 from wiremq.modules.destinations.levels import Levels, delivery_order
 from wiremq.modules.destinations.queue_counts import QueueCounts
 from wiremq.modules.destinations.queue_plain import PlainDispatch
@@ -66,45 +75,70 @@ class Queue(Destination):
 
     def __init__(self, name: str, services: DestinationServices) -> None:
         super().__init__(name, services)
-        runtime = services.runtime
         self.main = main = Levels(home=True)  # every message waiting in memory
         main.checks = False  # a plain queue's list: see levels.py
         self._plain_level = main.levels[JMS_DEFAULT_PRIORITY]
-        # In round-robin order: each consumer offered a message moves to the end.
-        self.consumers: OrderedDict[Subscription, None] = OrderedDict()
+        # In round-robin order: each consumer offered a message moves to the end. Shared
+        # and empty until the first consumer comes (``subscribe``).
+        self.consumers: OrderedDict[Subscription, None] = NO_CONSUMERS
         self.arrivals = 0  # numbers messages in arrival order
         self.selective = False  # dispatched the selective way (see the module docstring)
         self.uses_groups = False  # a group message came: dispatched the selective way from now
-        self.groups = Groups()
         self.counts = counts = QueueCounts(
             services.volatile.counter(name), services.flow.volatile, services.persistence
         )
-        self.plain_dispatch = PlainDispatch(main, self.consumers, counts, runtime)
-        self.selective_dispatch = SelectiveDispatch(
-            main, self.consumers, self.groups, counts, runtime
-        )
-        self.backlog = StoreBacklog(
-            QueueStoreSettings.read(services.settings, "PersQueueFileStore")
-        )
-        self.reads = BacklogReads(
-            name,
-            self.backlog,
-            services.persistence,
-            counts,
-            self.selective_dispatch,
-            services.expiry,
-            self._arrived_from_store,
-        )
-        self.redelivery = Redelivery(name, runtime, services.dead_letters, self._return)
-        self.sweeps = QueueSweeps(
-            name, main, self.groups, counts, self.backlog, self.reads, services.expiry
-        )
+        # Made when first needed (see the module docstring): with the first consumer, the
+        # selective way also with a first group message (``_selective_way``), the
+        # redelivery state with the first message that comes back (``_redelivery``).
+        self.plain_dispatch: PlainDispatch | None = None
+        self.selective_dispatch: SelectiveDispatch | None = None
+        self.redelivery: Redelivery | None = None
+        self.backlog = StoreBacklog(services.queue_store)
+        self.reads = BacklogReads(name, self.backlog, services.persistence, counts, services.expiry)
         self._make_own_watermarks()
 
     def configure(self) -> None:
         super().configure()
-        self.backlog.settings = QueueStoreSettings.read(
-            self.services.settings, "PersQueueFileStore"
+        self.backlog.settings = self.services.queue_store
+
+    def _selective_way(self) -> SelectiveDispatch:
+        """The selective way's parts, made when first needed (a consumer, a group
+        message)."""
+        selective = self.selective_dispatch
+        if selective is None:
+            self._own_consumers()
+            selective = self.selective_dispatch = SelectiveDispatch(
+                self.main, self.consumers, self.counts, self.services.runtime
+            )
+        return selective
+
+    def _own_consumers(self) -> None:
+        """Its list of consumers becomes its own (before a way of dispatching holds it)."""
+        if self.consumers is NO_CONSUMERS:
+            self.consumers = OrderedDict()
+
+    def _redelivery(self) -> Redelivery:
+        """The redelivery state, made when the first message comes back."""
+        redelivery = self.redelivery
+        if redelivery is None:
+            services = self.services
+            redelivery = self.redelivery = Redelivery(
+                self.name, services.runtime, services.dead_letters, self._return
+            )
+        return redelivery
+
+    @property
+    def sweeps(self) -> QueueSweeps:
+        """What leaves its memory undelivered (``queue_sweeps.py``): no state of its own, so
+        made for each use rather than kept by every queue."""
+        return QueueSweeps(
+            self.name,
+            self.main,
+            self.selective_dispatch,
+            self.counts,
+            self.backlog,
+            self.reads,
+            self.services.expiry,
         )
 
     @property
@@ -126,19 +160,20 @@ class Queue(Destination):
     def enqueue(self, message: Message) -> None:
         self.arrivals = message.arrival = self.arrivals + 1
         if message.store_seq:
-            if not self.reads.keep_in_memory(message):
+            if not self.reads.keep_in_memory(message, self.selective_dispatch):
                 return
         else:
-            unreported = self.counts.unreported_volatile
-            unreported[0] += 1
-            unreported[1] += message.size
+            counts = self.counts
+            counts.unreported_messages += 1
+            counts.unreported_bytes += message.size
         headers = message.headers
         if PRIORITY in headers or GROUP in headers:
             self._arrive(message)
         elif self.selective:  # the default level and no group: routed with the next dispatch
             message.level = JMS_DEFAULT_PRIORITY
             message.group = None
-            self.selective_dispatch.unrouted.append(message)
+            # (made when the queue turned selective: ``_set_selective``)
+            self.selective_dispatch.unrouted.append(message)  # type: ignore[union-attr]
         else:  # the common case, inlined: nothing but the default level of a plain queue
             self._plain_level.append(message)
 
@@ -149,7 +184,7 @@ class Queue(Destination):
             self.uses_groups = True
             self._set_selective(True)
         if self.selective:
-            selective = self.selective_dispatch
+            selective = self._selective_way()
             selective.unrouted.append(message)
             if message.level != JMS_DEFAULT_PRIORITY:
                 selective.unrouted_levels = True
@@ -177,14 +212,16 @@ class Queue(Destination):
             deliver = bool(self.consumers) and not (
                 backlog.after is not None and self._higher_in_store()
             )
-            expired = self.selective_dispatch.dispatch(deliver)
+            expired = self._selective_way().dispatch(deliver)
         elif not self.consumers:
             self.counts.report_volatile()
             return
         elif backlog.after is not None and self._higher_in_store():
             return
         else:
-            expired = self.plain_dispatch.dispatch()
+            plain = self.plain_dispatch
+            assert plain is not None  # made with the first consumer
+            expired = plain.dispatch()
         self.counts.report_volatile()
         self.last_dispatch = self.services.runtime.monotonic()
         if expired:
@@ -195,7 +232,7 @@ class Queue(Destination):
     def _higher_in_store(self) -> bool:
         """Whether the store holds messages of a higher priority than any waiting in
         memory: then they are read first, and nothing is delivered until they are in."""
-        if not self.reads.higher_in_store():
+        if not self.reads.higher_in_store(self._best_waiting()):
             return False
         self.counts.report_volatile()
         if not self.backlog.read_under_way:
@@ -205,7 +242,14 @@ class Queue(Destination):
     def _read_more(self) -> None:
         """Read from the store what consumers need next, if there are consumers."""
         if self.consumers:
-            self.reads.read_more()
+            selective = self.selective_dispatch
+            hungry = [] if selective is None else selective.hungry()
+            self.reads.read_more(self._best_waiting(), hungry, self._arrived_from_store)
+
+    def _best_waiting(self) -> int:
+        """The highest priority waiting in memory (-1: none)."""
+        selective = self.selective_dispatch
+        return self.main.best() if selective is None else selective.best_waiting()
 
     def consumer_ready(self) -> None:
         """A consumer skipped for not being ready may be ready now: every consumer looks at
@@ -214,7 +258,9 @@ class Queue(Destination):
 
     def _serve_all(self) -> None:
         """Dispatch after a change that may let any consumer take what waits for it."""
-        self.selective_dispatch.serve_all = True
+        selective = self.selective_dispatch
+        if selective is not None:
+            selective.serve_all = True
         self.dispatch()
 
     def _set_selective(self, selective: bool) -> None:
@@ -224,6 +270,7 @@ class Queue(Destination):
         self.selective = selective
         main = self.main
         if selective:  # from now on entries may go stale: each message knows its home
+            self._selective_way()
             for message in main:
                 _read_level_and_group(message)
                 message.home = main
@@ -233,22 +280,28 @@ class Queue(Destination):
             main.checks = False
 
     def _needs_selective(self) -> bool:
-        return self.uses_groups or self.selective_dispatch.needed
+        selective = self.selective_dispatch
+        return self.uses_groups or (selective is not None and selective.needed)
 
     def _put_back(self, message: Message) -> None:
         """A message in memory goes (back) to its place among the waiting ones."""
         if self.selective:
-            self.selective_dispatch.route([message], True)
+            self._selective_way().route([message], True)
         else:
             self.main.insert(message)
 
     # -- consumers -------------------------------------------------------------------------
 
     def subscribe(self, subscription: Subscription) -> None:
+        self._own_consumers()
         super().subscribe(subscription)
+        if self.plain_dispatch is None:
+            self.plain_dispatch = PlainDispatch(
+                self.main, self.consumers, self.counts, self.services.runtime
+            )
         if subscription.selector is not None or subscription.exclusive:
             self._set_selective(True)  # before its filter lists what waits
-        self.selective_dispatch.subscribe(subscription, self.backlog.after or 0)
+        self._selective_way().subscribe(subscription, self.backlog.after or 0)
         self._set_selective(self._needs_selective())
         self._serve_all()
 
@@ -258,18 +311,19 @@ class Queue(Destination):
         message groups it owned, and what waited for it, go to other consumers."""
         del self.consumers[subscription]
         self._consumer_gone(subscription)
-        released = self.selective_dispatch.unsubscribe(subscription)
+        selective = self._selective_way()
+        released = selective.unsubscribe(subscription)
         self._set_selective(self._needs_selective())
         for message in released:
             self._put_back(message)
-        self.selective_dispatch.serve_all = True
+        selective.serve_all = True
         if subscription.unacked is None:
             held = sorted(unwritten, key=lambda m: m.arrival)
         else:
             held = subscription.take_unacked()
         self.services.journal.ended(subscription, held)
         self._requeue(held, set(unwritten))
-        if self.selective_dispatch.serve_all:  # nothing came back to dispatch it
+        if selective.serve_all:  # nothing came back to dispatch it
             self.dispatch()
 
     # -- acknowledgements and redelivery ---------------------------------------------------
@@ -288,14 +342,14 @@ class Queue(Destination):
             return NOTHING
         for message in messages:
             message.mark_redelivered()  # one more delivery, counted on the dead copy
-        self.redelivery.dead_letter(messages, REJECTED)
+        self._redelivery().dead_letter(messages, REJECTED)
         return NOTHING
 
     def _requeue(self, messages: list[Message], unwritten: Collection[Message] = ()) -> None:
         """Messages come back from a consumer (``queue_redelivery.py``); those not delayed
         nor dead-lettered go back to their place now."""
         if messages:
-            self._return(self.redelivery.requeue(messages, self.policy, unwritten))
+            self._return(self._redelivery().requeue(messages, self.policy, unwritten))
 
     def _return(self, messages: list[Message]) -> None:
         """Messages back in memory at their place (to be delivered again), then
@@ -315,17 +369,18 @@ class Queue(Destination):
     def waiting(self) -> list[Message]:
         """The messages waiting in memory, in the order they would be delivered (a
         browser's view)."""
-        kept = self.groups.waiting()  # only in the selective way, where each has its level
+        selective = self.selective_dispatch
+        # (only in the selective way, where each has its level)
+        kept = [] if selective is None else selective.groups.waiting()
         return sorted([*self.main, *kept], key=delivery_order) if kept else list(self.main)
 
     def _holds_nothing(self) -> bool:
         persistence = self.services.persistence
+        selective, redelivery = self.selective_dispatch, self.redelivery
         return (
             not self.main
-            and not self.selective_dispatch.unrouted
-            and not self.groups
-            and not self.groups.reserved
-            and not self.redelivery.delayed
+            and (selective is None or selective.holds_nothing())
+            and (redelivery is None or not redelivery.delayed)
             and self.backlog.after is None
             and not self.backlog.read_under_way
             and (persistence is None or not persistence.store.count(self.name)[0])
@@ -337,7 +392,7 @@ class Queue(Destination):
 
     def depth(self) -> int:
         counts = self.counts
-        in_memory = counts.volatile_store.messages + counts.unreported_volatile[0]
+        in_memory = counts.volatile_store.messages + counts.unreported_messages
         held = [m for s in self.consumers if s.unacked for m in s.unacked.values()]
         return in_memory + sum(1 for m in held if not m.store_seq) + self.stored()[0]
 
@@ -349,21 +404,22 @@ class Queue(Destination):
         stored_messages, stored_bytes = self.stored()
         messages = len(volatile) + len(held_volatile) + stored_messages
         nbytes = sum(m.size for m in [*volatile, *held_volatile]) + stored_bytes
-        selective = self.selective_dispatch
+        selective, redelivery = self.selective_dispatch, self.redelivery
+        exclusive = None if selective is None or not selective.exclusive else selective.exclusive[0]
         return {
             **self._state("queue", messages, nbytes),
             "unacked": len(held),
             "consumers": len(self.consumers),
             "ready_consumers": sum(1 for c in self.consumers if c.ready),
-            "selectors": sorted(selective.filters),
-            "exclusive_consumer": selective.exclusive[0].sub_id if selective.exclusive else None,
-            "message_groups": len(self.groups.owners),
+            "selectors": [] if selective is None else sorted(selective.filters),
+            "exclusive_consumer": None if exclusive is None else exclusive.sub_id,
+            "message_groups": 0 if selective is None else len(selective.groups.owners),
             "volatile_messages": len(volatile),
             "volatile_bytes": sum(m.size for m in volatile),
             "live_buffer_messages": len(waiting) - len(volatile),
             "live_buffer_bytes": self.counts.live_buffer_bytes,
             "backlog_in_store": self.backlog.after is not None,
-            "redelivery_delayed": self.redelivery.delayed,
+            "redelivery_delayed": 0 if redelivery is None else redelivery.delayed,
         }
 
     # -- operator actions (modules/operations.py and the console call them by these names) -
@@ -403,6 +459,11 @@ class Queue(Destination):
         """Every stored message waiting up to ``upto`` was removed
         (``StoreBacklog.purged``)."""
         self.backlog.purged(upto)
+
+
+# The consumers of a queue that never had one: shared, and read-only so that adding to it
+# fails loudly.
+NO_CONSUMERS = cast("OrderedDict[Subscription, None]", MappingProxyType(OrderedDict()))
 
 
 def _read_level_and_group(message: Message) -> None:

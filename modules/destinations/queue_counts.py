@@ -7,7 +7,8 @@ and the global one (``Persistence.live_buffer_bytes``). The live buffer is count
 at once, since whether the next persistent message stays in memory depends on
 it; the VolQueueStore and its watermarks are told once per dispatch, not per
 message, so that a message passing straight through moves nothing
-(``unreported_volatile`` holds what came in and went out meanwhile).
+(``unreported_messages`` and ``unreported_bytes`` hold what came in and went
+out meanwhile).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class QueueCounts:
         "volatile_store",
         "volatile",
         "own_volatile",
-        "unreported_volatile",
+        "unreported_messages",
+        "unreported_bytes",
         "persistence",
         "live_buffer_bytes",
     )
@@ -41,22 +43,23 @@ class QueueCounts:
         self.volatile_store = volatile_store  # its count in the VolQueueStore
         self.volatile = volatile  # the VolQueueStore's global watermark
         self.own_volatile: Watermark | None = None  # the queue's own, if switched on
-        # Non-persistent [messages, bytes] in (positive) or out (negative) of memory that
+        # Non-persistent messages and bytes in (positive) or out (negative) of memory that
         # the VolQueueStore and its watermarks have not been told of yet.
-        self.unreported_volatile = [0, 0]
+        self.unreported_messages = 0
+        self.unreported_bytes = 0
         self.persistence = persistence
         self.live_buffer_bytes = 0  # its persistent messages in memory
 
     def report_volatile(self) -> None:
         """Tell the VolQueueStore and its watermarks what came in and went out since they
         last knew (once per dispatch)."""
-        unreported = self.unreported_volatile
-        if unreported[0] or unreported[1]:
-            count_into((self.volatile, self.own_volatile), unreported[0], unreported[1])
+        messages, nbytes = self.unreported_messages, self.unreported_bytes
+        if messages or nbytes:
+            count_into((self.volatile, self.own_volatile), messages, nbytes)
             store = self.volatile_store
-            store.messages += unreported[0]
-            store.bytes += unreported[1]
-            unreported[0] = unreported[1] = 0
+            store.messages += messages
+            store.bytes += nbytes
+            self.unreported_messages = self.unreported_bytes = 0
 
     def live_buffer_add(self, nbytes: int) -> None:
         """Bytes of persistent messages entering (positive) or leaving (negative) the live
@@ -70,18 +73,16 @@ class QueueCounts:
         if message.store_seq:
             self.live_buffer_add(-message.size)
         else:
-            unreported = self.unreported_volatile
-            unreported[0] -= 1
-            unreported[1] -= message.size
+            self.unreported_messages -= 1
+            self.unreported_bytes -= message.size
 
     def came_back(self, message: Message) -> None:
         """A message comes back into memory (redelivered)."""
         if message.store_seq:
             self.live_buffer_add(message.size)
         else:
-            unreported = self.unreported_volatile
-            unreported[0] += 1
-            unreported[1] += message.size
+            self.unreported_messages += 1
+            self.unreported_bytes += message.size
 
     def volatile_held(self) -> tuple[int, int]:
         """Non-persistent messages and bytes as the VolQueueStore counted them (what came

@@ -84,9 +84,8 @@ class PlainDispatch:
             counts.live_buffer_add(-live_buffer_out)
         for message in expired:
             counts.left_memory(message)
-        unreported = counts.unreported_volatile
-        unreported[0] -= taken
-        unreported[1] -= taken_bytes
+        counts.unreported_messages -= taken
+        counts.unreported_bytes -= taken_bytes
         while main.high > DEFAULT and not levels[main.high]:
             main.high -= 1
         while main.low < DEFAULT and not levels[main.low]:

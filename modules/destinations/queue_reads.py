@@ -10,7 +10,8 @@ store (``keep_in_memory``). When consumers need more, the read
 and what it brings is handed to the queue as messages in memory, each with the
 delivery count it had if it was given back redelivered (the store keeps no
 delivery state). A live buffer given back to the store (``give_back``) is read
-again the same way.
+again the same way. The queue's selective way, which most queues never make,
+is handed to each call that needs it (``None``: not made).
 """
 
 from __future__ import annotations
@@ -34,26 +35,24 @@ if TYPE_CHECKING:
 class BacklogReads:
     """One queue's store backlog and its reads (see the module docstring)."""
 
+    __slots__ = ("name", "backlog", "persistence", "counts", "expiry", "messages_read")
+
     def __init__(
         self,
         name: str,
         backlog: StoreBacklog,
         persistence: Persistence | None,
         counts: QueueCounts,
-        selective: SelectiveDispatch,
         expiry: Expiry,
-        arrived: Callable[[list[Message]], None],
     ) -> None:
         self.name = name
         self.backlog = backlog
         self.persistence = persistence
         self.counts = counts
-        self.selective = selective  # whose filters a read may be for
         self.expiry = expiry
-        self.arrived = arrived  # what a read brought, for the queue to place and dispatch
         self.messages_read = 0  # messages read back (not new arrivals)
 
-    def keep_in_memory(self, message: Message) -> bool:
+    def keep_in_memory(self, message: Message, selective: SelectiveDispatch | None) -> bool:
         """Whether a new persistent message stays in memory (counted in the live buffer),
         else it is left in the store (see the module docstring)."""
         persistence = self.persistence
@@ -65,36 +64,49 @@ class BacklogReads:
                 backlog.after is None
                 and self.counts.live_buffer_bytes + size <= persistence.queue_live_buffer_limit
             )
-            or (backlog.after is not None and self.selective.filters and self._awaited(message))
+            or (
+                backlog.after is not None
+                and selective is not None
+                and selective.filters
+                and self._awaited(message, selective)
+            )
         ):
             self.counts.live_buffer_add(size)
             return True
         backlog.leave(message.store_seq, message.priority)
         return False
 
-    def _awaited(self, message: Message) -> bool:
+    def _awaited(self, message: Message, selective: SelectiveDispatch) -> bool:
         """Whether a selective consumer that has seen everything its queue left in the store
         selects ``message``: kept in memory (and remembered as read out of order)."""
         leaves = self.backlog.leaves
-        if any(f.store_seen == leaves for f in self.selective.matcher.matching(message)):
+        if any(f.store_seen == leaves for f in selective.matcher.matching(message)):
             self.backlog.pulled[message.store_seq] = message.message_id
             return True
         return False
 
-    def higher_in_store(self) -> bool:
+    def higher_in_store(self, best_waiting: int) -> bool:
         """Whether the store holds messages of a higher priority than any waiting in
-        memory: they are read first, and nothing is delivered until they are in."""
-        best = self.selective.best_waiting()
-        return self.backlog.higher_priority(self.counts.live_buffer_bytes == 0, best) is not None
+        memory (the highest there is ``best_waiting``, -1: none): they are read first, and
+        nothing is delivered until they are in."""
+        memory_empty = self.counts.live_buffer_bytes == 0
+        return self.backlog.higher_priority(memory_empty, best_waiting) is not None
 
-    def read_more(self) -> None:
-        """Read from the store what consumers need next, if they need any."""
+    def read_more(
+        self,
+        best_waiting: int,
+        hungry: list[Filter],
+        arrived: Callable[[list[Message]], None],
+    ) -> None:
+        """Read from the store what consumers need next, if they need any: ``best_waiting``
+        is the highest priority waiting in memory, ``hungry`` the selective filters with a
+        ready consumer and nothing waiting for them; what the read brings goes to
+        ``arrived`` (for the queue to place and dispatch)."""
         persistence = self.persistence
         assert persistence is not None
-        hungry = self.selective.hungry()
         backlog = self.backlog
         in_memory = self.counts.live_buffer_bytes
-        read = backlog.next_read(in_memory == 0, self.selective.best_waiting(), hungry, _selects)
+        read = backlog.next_read(in_memory == 0, best_waiting, hungry, _selects)
         if read is None:
             return
         backlog.read_under_way = True
@@ -105,12 +117,14 @@ class BacklogReads:
             read.after,
             backlog.settings.readmsgamount,
             room,
-            lambda batch: self._read_done(read, batch),
+            lambda batch: self._read_done(read, batch, arrived),
             read.match,
             read.examine,
         )
 
-    def _read_done(self, read: Read, batch: Batch) -> None:
+    def _read_done(
+        self, read: Read, batch: Batch, arrived: Callable[[list[Message]], None]
+    ) -> None:
         found, expired = self.backlog.read_done(read, batch)
         if expired and self.backlog.settings.expiryonread:
             self.expiry.expired_stored([((self.name, seq), m) for seq, m in expired])
@@ -128,9 +142,9 @@ class BacklogReads:
                 message.redelivered_before(1)
             self.counts.live_buffer_add(message.size)
             messages.append(message)
-        self.arrived(messages)
+        arrived(messages)
 
-    def give_back(self, messages: list[Message]) -> None:
+    def give_back(self, messages: list[Message], selective: SelectiveDispatch | None) -> None:
         """The live buffer's ``messages`` (out of memory now) are read again from the
         store when a consumer comes; the selective consumers look at them again."""
         self.backlog.give_back(
@@ -138,7 +152,7 @@ class BacklogReads:
             {m.store_seq: m.redeliveries for m in messages if m.redelivered},
         )
         after = self.backlog.after or 0
-        for filter_ in self.selective.filters.values():
+        for filter_ in () if selective is None else selective.filters.values():
             filter_.store_after = min(filter_.store_after, after)
 
 

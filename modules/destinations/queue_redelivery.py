@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 class Redelivery:
     """One queue's messages coming back (see the module docstring)."""
 
+    __slots__ = ("name", "runtime", "dead_letters", "back", "delayed")
+
     def __init__(
         self,
         name: str,

@@ -34,17 +34,33 @@ from wiremq.modules.runtime import Runtime
 class SelectiveDispatch:
     """The selective way for one queue (see the module docstring)."""
 
+    __slots__ = (
+        "main",
+        "consumers",
+        "groups",
+        "counts",
+        "runtime",
+        "everyone",
+        "filters",
+        "matcher",
+        "exclusive",
+        "unrouted",
+        "unrouted_levels",
+        "met_expired",
+        "serve_all",
+        "served",
+    )
+
     def __init__(
         self,
         main: Levels,
         consumers: OrderedDict[Subscription, None],
-        groups: Groups,
         counts: QueueCounts,
         runtime: Runtime,
     ) -> None:
         self.main = main  # the queue's list: every message waiting in memory
         self.consumers = consumers  # the queue's, in round-robin order
-        self.groups = groups
+        self.groups = Groups()  # the queue's message groups
         self.counts = counts
         self.runtime = runtime
         self.everyone: Filter[Subscription] = Filter(None, main)  # the consumers without a selector
@@ -80,6 +96,11 @@ class SelectiveDispatch:
             self._serve()
         expired, self.met_expired = self.met_expired, []
         return expired
+
+    def holds_nothing(self) -> bool:
+        """No message waits to be routed, nor for the owner of its group."""
+        groups = self.groups
+        return not self.unrouted and not groups and not groups.reserved
 
     def best_waiting(self) -> int:
         """The highest priority waiting in memory (-1: none)."""

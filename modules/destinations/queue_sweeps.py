@@ -7,7 +7,8 @@ expired persistent ones and, once the queue has delivered nothing for
 qlbcleanuptimetolive, gives the rest back to the store (read again when a
 consumer comes: ``queue_reads.py``). Expired messages, swept or met while
 dispatching, are handled per the destination (``expired``); an operator's
-taking of waiting messages goes through ``take_out`` too.
+taking of waiting messages goes through ``take_out`` too. It keeps nothing of
+its own: a queue makes one for each use.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from wiremq.modules.destinations.backlog import StoreBacklog
-from wiremq.modules.destinations.groups import Groups
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.destinations.queue_counts import QueueCounts
 from wiremq.modules.destinations.queue_reads import BacklogReads
+from wiremq.modules.destinations.queue_selective import SelectiveDispatch
 from wiremq.modules.message import Message
 
 if TYPE_CHECKING:
@@ -28,11 +29,13 @@ if TYPE_CHECKING:
 class QueueSweeps:
     """One queue's messages in memory leaving it undelivered (see the module docstring)."""
 
+    __slots__ = ("name", "main", "selective", "counts", "backlog", "reads", "expiry")
+
     def __init__(
         self,
         name: str,
         main: Levels,
-        groups: Groups,
+        selective: SelectiveDispatch | None,
         counts: QueueCounts,
         backlog: StoreBacklog,
         reads: BacklogReads,
@@ -40,7 +43,7 @@ class QueueSweeps:
     ) -> None:
         self.name = name
         self.main = main
-        self.groups = groups
+        self.selective = selective  # the queue's selective way, if made (its groups)
         self.counts = counts
         self.backlog = backlog
         self.reads = reads  # to give the live buffer back
@@ -49,7 +52,8 @@ class QueueSweeps:
     def in_memory(self) -> list[Message]:
         """Every message waiting in memory (in the queue's list, or kept for a group's
         owner), in no particular order."""
-        return [*self.main, *self.groups.waiting()]
+        selective = self.selective
+        return [*self.main, *(() if selective is None else selective.groups.waiting())]
 
     def take_out(self, messages: list[Message]) -> None:
         """Messages leave memory without being delivered (expired, given back, taken)."""
@@ -57,7 +61,8 @@ class QueueSweeps:
             message.home = None
             self.counts.left_memory(message)
         self.main.discard(messages)
-        self.groups.compact()
+        if self.selective is not None:
+            self.selective.groups.compact()
         self.counts.report_volatile()
 
     def expired(self, messages: list[Message]) -> None:
@@ -97,4 +102,4 @@ class QueueSweeps:
             kept = [m for m in stored if not m.expired(now_ms)]
             if kept:
                 self.take_out(kept)
-                self.reads.give_back(kept)
+                self.reads.give_back(kept, self.selective)

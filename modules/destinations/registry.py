@@ -20,7 +20,7 @@ from wiremq.modules.destinations.topic import Topic
 from wiremq.modules.destinations.wildcard import Wildcard, matches
 from wiremq.modules.domains import P2P, require_domain
 from wiremq.modules.errors import Refused
-from wiremq.modules.flow.watermarks import Producer, Watermark
+from wiremq.modules.flow.watermarks import Producer
 from wiremq.modules.journal.recorder import CleanupRun
 from wiremq.modules.journal.schema import VOLQUEUE
 
@@ -55,7 +55,6 @@ class Destinations:
         self._live_buffer_pass: Rotation[Queue] = Rotation(self.queues)
         self._topic_buffer_pass: Rotation[Topic] = Rotation(self.topics)
         self._idle_pass: Rotation[Destination] = Rotation(self.queues, self.topics)
-        services.flow.on_gate_added(self._gate_added)
 
     def get(self, name: str) -> Destination | None:
         return self.queues.get(name) or self.topics.get(name)
@@ -145,12 +144,9 @@ class Destinations:
 
     def configure(self) -> None:
         """Parameters changed while the server runs: every destination reads them again."""
+        self.services.read_settings()
         for destination in self:
             destination.configure()
-
-    def _gate_added(self, domain: str, watermark: Watermark) -> None:
-        for destination in self.of_domain(domain):
-            destination.gates.append(watermark)
 
     def forget_producer(self, producer: Producer) -> None:
         """A client went away: it is no longer a producer anywhere."""

@@ -61,7 +61,6 @@ class FlowControl:
             P2P: [self.volatile, self.stores[P2P]],
             PUBSUB: [self.live, self.stores[PUBSUB]],
         }
-        self._joined: list[Callable[[str, Watermark], None]] = []
         self.slow_disconnects = 0  # subscribers dropped for falling behind (disconnect policy)
 
     def _limits(self, group: str, prefix: str) -> WatermarkLimits:
@@ -77,13 +76,7 @@ class FlowControl:
 
     def add_gate(self, domain: str, watermark: Watermark) -> None:
         """A watermark that stops every producer of ``domain`` (a pipeline buffer's)."""
-        self.gates[domain].append(watermark)
-        for joined in self._joined:
-            joined(domain, watermark)
-
-    def on_gate_added(self, joined: Callable[[str, Watermark], None]) -> None:
-        """Be told of every gate added later (destinations add it to their own gates)."""
-        self._joined.append(joined)
+        self.gates[domain].append(watermark)  # every destination's gates include it now
 
     def journal_gate(self, limits: WatermarkLimits) -> Watermark:
         """A watermark that stops every producer of both domains: the audit journal's
