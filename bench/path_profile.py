@@ -205,6 +205,10 @@ class Writer:
         self.ack = ack
         self.connection: ClientConnection | None = None
 
+    def can_answer(self, egress: Egress) -> bool:
+        """No socket for the sync thread to send a receipt to: receipts come out here."""
+        return False
+
     def drain(self, egress: Egress) -> None:
         parts = egress.write_out(BUDGET)
         if self.ack and self.connection is not None:

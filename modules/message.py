@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from wiremq.config.groups import DestinationPolicy
     from wiremq.modules.errors import Refused
     from wiremq.modules.flow.watermarks import Producer, Watermark
+    from wiremq.modules.runtime import Answer
     from wiremq.modules.sender import Sender
 
 # Headers of a SEND that describe the SEND itself, not the message.
@@ -54,6 +55,9 @@ class MessageWaiter(Protocol):
 
     def messages_completed(self, messages: list[Message]) -> None: ...
     def message_refused(self, message: Message, refusal: Refused) -> None: ...
+    def early_answer(self, receipt: str) -> Answer | None:
+        """The receipt of a message about to be synced, held for the log writer to send
+        (``modules/runtime.Answer``), or None if it cannot go that way."""
 
 
 class StorageStep(Protocol):
@@ -122,6 +126,7 @@ class Message:
         "_stored_size",
         "transaction",
         "receipt",
+        "answered",
         "sender",
         "waiter",
         "target",
@@ -164,6 +169,7 @@ class Message:
         else:
             self.egress_queue = _D1
         self.receipt = headers.get("receipt")
+        self.answered = False  # its receipt went with its store commit (``early_answers``)
         self.transaction = headers.get("transaction")
         self.sender = sender  # None: the server's own (given back, moved, read back)
         self.waiter = waiter  # told when the pipeline is done with it; None once told

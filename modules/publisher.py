@@ -20,6 +20,7 @@ from wiremq.modules.domains import domain_of
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import FRAME_ONLY_HEADERS, Batch, Message
 from wiremq.modules.operations import Failed, OperationError
+from wiremq.modules.runtime import Answer
 from wiremq.modules.sender import Sender
 
 PERSISTENT = "persistent"
@@ -39,6 +40,10 @@ class ConsoleSender:
     def messages_completed(self, messages: list[Message]) -> None:
         self.destinations.forget_producer(self)
         self.done(messages[0].message_id)
+
+    def early_answer(self, receipt: str) -> Answer | None:
+        """None: the operator's answer (HTTP) waits until the message is distributed."""
+        return None
 
     def message_refused(self, message: Message, refusal: Refused) -> None:
         self.destinations.forget_producer(self)

@@ -32,6 +32,24 @@ class Worker(Protocol):
     ) -> None: ...
 
 
+class Answer(Protocol):
+    """A reply that a write makes true (a persistent SEND's RECEIPT), held for the log
+    writer to send itself the moment the write is synced: the client's socket (``fd``, a
+    duplicate that the sender closes) and the reply's bytes. Nothing else is written to
+    that client until the answer is settled."""
+
+    fd: int
+    data: bytes
+
+    def settle(self, sent: int | None) -> None:
+        """The write is over: the socket took ``sent`` bytes of ``data`` (the rest is
+        written now, ahead of anything else), or None: the write failed and nothing was
+        sent."""
+
+
+Answers = Callable[[], list[Answer]]  # made at hand-over: the replies a write may send
+
+
 class LogWriter(Protocol):
     """Writes bytes into an open file and syncs them (``pwritev`` + ``fdatasync``) off the
     event loop, on a thread that never takes the interpreter lock: the store's commits,
@@ -49,12 +67,20 @@ class LogWriter(Protocol):
         parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
+        answers: Answers | None = None,
     ) -> None:
-        """Write ``parts`` one after the other at ``offset`` of ``fd`` and sync it."""
+        """Write ``parts`` one after the other at ``offset`` of ``fd`` and sync it.
+        ``answers``, if the writer sends replies itself, is asked for them as the write is
+        handed to its thread (a writer that does not never asks): they go out as soon as
+        the sync ends, before ``done`` runs."""
 
     def prepare(self) -> None:
         """A write is about to come (its record is being made): the thread may get ready
         for it meanwhile."""
+
+    @property
+    def answered(self) -> int:
+        """How many answers the writer has sent itself, for statistics."""
 
 
 class Runtime(Protocol):

@@ -1,13 +1,16 @@
 /* A thread that writes bytes into an open file and syncs them, never taking the GIL.
  *
  * SyncThread(notify_fd)
- *     .write(fd, offset, parts, poll=0.0)
+ *     .write(fd, offset, parts, poll=0.0, answers=())
  *                                hand over one write: the parts, one after the other, at
- *                                offset of fd (one pwritev), then fdatasync; then poll
- *                                for the next write for up to `poll` seconds
+ *                                offset of fd (one pwritev), then fdatasync; then send
+ *                                each answer, a (socket, bytes) pair, if it synced; then
+ *                                poll for the next write for up to `poll` seconds
  *     .prepare(seconds)          a write is coming: wake the thread now, to wait for it
  *                                by polling for up to `seconds`
  *     .result() -> int | None    None while it runs; then 0 or the errno it failed with
+ *     .sent -> tuple[int, ...]   after `result`: how many bytes of each answer the
+ *                                socket took (the rest is the caller's to write)
  *     .preempted -> int          how many of its polls the kernel cut short for another
  *                                task (an involuntary context switch)
  *     .close()                   finish the write in hand, end the thread
@@ -34,6 +37,18 @@
  * run another task (counted in `preempted`) tells the caller to stop asking for
  * polls for a while (server/syncpoll.py).
  *
+ * The answers are the replies the write makes true (a persistent message's
+ * RECEIPT): sent from here as soon as the sync ends, they reach their clients
+ * without waiting for the event loop to wake and to get to them. Each is sent
+ * once, without waiting (MSG_DONTWAIT), on a descriptor the thread closes
+ * afterwards (the caller hands a duplicate, so that a connection closed
+ * meanwhile never lets the number reach another file); what a full socket
+ * did not take is reported in `sent`. A failed write sends none. The event
+ * loop is notified once the answers went: made to wait for them instead (the
+ * thread notifying first and holding the lock while it sends), it could not
+ * read the answered producers' next requests meanwhile, and eight producers
+ * waiting on their receipts lost what they gained.
+ *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
  * interpreter's threads and never interrupt a write.
@@ -44,6 +59,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -74,6 +90,11 @@ typedef struct {
     Py_ssize_t count;   /* parts */
     Py_buffer *parts;   /* their buffers */
     struct iovec *iov;  /* the same, as the thread writes them (it moves them on) */
+    Py_ssize_t answer_count;
+    int *answer_fds;       /* the sockets (duplicates: the thread closes them) */
+    Py_buffer *answers;    /* the bytes to send on each */
+    Py_ssize_t *answer_sent; /* bytes each socket took (set by the thread) */
+    PyObject *sent;        /* the last write's `answer_sent`, as a tuple, once reported */
 } SyncThread;
 
 static int
@@ -115,6 +136,30 @@ write_and_sync(int fd, struct iovec *iov, Py_ssize_t count, off_t offset)
         }
     }
     return sync_file(fd) < 0 ? errno : 0;
+}
+
+/* Send each answer once without waiting; record what each socket took, close it. */
+static void
+send_answers(SyncThread *self, int synced)
+{
+    for (Py_ssize_t i = 0; i < self->answer_count; i++) {
+        const char *buf = self->answers[i].buf;
+        Py_ssize_t len = self->answers[i].len, done = 0;
+        while (synced && done < len) {
+            ssize_t n = send(self->answer_fds[i], buf + done, (size_t)(len - done),
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                break; /* full (EAGAIN) or gone: the rest is the caller's */
+            }
+            done += n;
+        }
+        self->answer_sent[i] = done;
+        close(self->answer_fds[i]);
+        self->answer_fds[i] = -1;
+    }
 }
 
 static void
@@ -196,6 +241,7 @@ run(void *arg)
         long long poll_ns = self->poll_ns;
         pthread_mutex_unlock(&self->lock);
         int error = write_and_sync(fd, iov, count, offset);
+        send_answers(self, error == 0);
         pthread_mutex_lock(&self->lock);
         self->error = error;
         self->finished = 1;
@@ -242,18 +288,77 @@ SyncThread_init(SyncThread *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* Let go of the parts of the write in hand (with the GIL). */
+/* Let go of the parts and answers of the write in hand (with the GIL); a socket the
+ * thread never got to (closed before it took the write) is closed here. */
 static void
 release_parts(SyncThread *self)
 {
     for (Py_ssize_t i = 0; i < self->count; i++) {
         PyBuffer_Release(&self->parts[i]);
     }
+    for (Py_ssize_t i = 0; i < self->answer_count; i++) {
+        PyBuffer_Release(&self->answers[i]);
+        if (self->answer_fds[i] >= 0) {
+            close(self->answer_fds[i]);
+        }
+    }
     PyMem_Free(self->parts);
     PyMem_Free(self->iov);
+    PyMem_Free(self->answers);
+    PyMem_Free(self->answer_fds);
+    PyMem_Free(self->answer_sent);
     self->parts = NULL;
     self->iov = NULL;
+    self->answers = NULL;
+    self->answer_fds = NULL;
+    self->answer_sent = NULL;
     self->count = 0;
+    self->answer_count = 0;
+}
+
+/* Take the (socket, bytes) answers into the write about to be handed over; -1 with an
+ * exception (nothing kept) if they are not that. The sockets are closed by the thread. */
+static int
+take_answers(SyncThread *self, PyObject *sequence)
+{
+    PyObject *items = PySequence_Fast(sequence, "answers must be a sequence of (fd, bytes)");
+    if (items == NULL) {
+        return -1;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    Py_buffer *answers = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Py_buffer));
+    int *fds = PyMem_Calloc(count ? (size_t)count : 1, sizeof(int));
+    Py_ssize_t *sent = PyMem_Calloc(count ? (size_t)count : 1, sizeof(Py_ssize_t));
+    if (answers == NULL || fds == NULL || sent == NULL) {
+        PyMem_Free(answers);
+        PyMem_Free(fds);
+        PyMem_Free(sent);
+        Py_DECREF(items);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(items, i);
+        if (!PyTuple_Check(pair)) {
+            PyErr_SetString(PyExc_TypeError, "an answer is a (fd, bytes) tuple");
+        }
+        if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "iy*", &fds[i], &answers[i])) {
+            while (i-- > 0) {
+                PyBuffer_Release(&answers[i]);
+            }
+            PyMem_Free(answers);
+            PyMem_Free(fds);
+            PyMem_Free(sent);
+            Py_DECREF(items);
+            return -1;
+        }
+    }
+    Py_DECREF(items);
+    self->answer_count = count;
+    self->answers = answers;
+    self->answer_fds = fds;
+    self->answer_sent = sent;
+    return 0;
 }
 
 static PyObject *
@@ -263,7 +368,8 @@ SyncThread_write(SyncThread *self, PyObject *args)
     long long offset;
     PyObject *sequence;
     double poll = 0.0;
-    if (!PyArg_ParseTuple(args, "iLO|d", &fd, &offset, &sequence, &poll)) {
+    PyObject *answers = NULL;
+    if (!PyArg_ParseTuple(args, "iLO|dO", &fd, &offset, &sequence, &poll, &answers)) {
         return NULL;
     }
     if (!self->started || self->stopping) {
@@ -301,6 +407,14 @@ SyncThread_write(SyncThread *self, PyObject *args)
         iov[i].iov_len = (size_t)parts[i].len;
     }
     Py_DECREF(items);
+    if (answers != NULL && take_answers(self, answers) < 0) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyBuffer_Release(&parts[i]);
+        }
+        PyMem_Free(parts);
+        PyMem_Free(iov);
+        return NULL;
+    }
     pthread_mutex_lock(&self->lock);
     self->fd = fd;
     self->offset = (off_t)offset;
@@ -346,6 +460,19 @@ SyncThread_result(SyncThread *self, PyObject *Py_UNUSED(ignored))
     if (!finished) {
         Py_RETURN_NONE;
     }
+    PyObject *sent = PyTuple_New(self->answer_count);
+    if (sent == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < self->answer_count; i++) {
+        PyObject *taken = PyLong_FromSsize_t(self->answer_sent[i]);
+        if (taken == NULL) {
+            Py_DECREF(sent);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(sent, i, taken);
+    }
+    Py_XSETREF(self->sent, sent);
     self->in_hand = 0;
     release_parts(self);
     return PyLong_FromLong(error);
@@ -380,13 +507,16 @@ SyncThread_dealloc(SyncThread *self)
         pthread_cond_destroy(&self->wake);
         pthread_mutex_destroy(&self->lock);
     }
+    Py_CLEAR(self->sent);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef SyncThread_methods[] = {
     {"write", (PyCFunction)SyncThread_write, METH_VARARGS,
-     "write(fd, offset, parts, poll=0.0): write the parts one after the other at offset "
-     "of fd and fdatasync it, on the thread; then poll for the next write that long"},
+     "write(fd, offset, parts, poll=0.0, answers=()): write the parts one after the other "
+     "at offset of fd and fdatasync it, on the thread; then send each (socket, bytes) "
+     "answer once, without waiting, and close the socket; then poll for the next write "
+     "that long"},
     {"prepare", (PyCFunction)SyncThread_prepare, METH_VARARGS,
      "prepare(seconds): a write is coming; wake the thread to poll for it that long"},
     {"result", (PyCFunction)SyncThread_result, METH_NOARGS,
@@ -402,7 +532,20 @@ SyncThread_get_preempted(SyncThread *self, void *Py_UNUSED(closure))
     return PyLong_FromLong(__atomic_load_n(&self->preempted, __ATOMIC_RELAXED));
 }
 
+static PyObject *
+SyncThread_get_sent(SyncThread *self, void *Py_UNUSED(closure))
+{
+    if (self->sent == NULL) {
+        return PyTuple_New(0);
+    }
+    Py_INCREF(self->sent);
+    return self->sent;
+}
+
 static PyGetSetDef SyncThread_getset[] = {
+    {"sent", (getter)SyncThread_get_sent, NULL,
+     "after `result`: how many bytes of each of the write's answers their socket took",
+     NULL},
     {"preempted", (getter)SyncThread_get_preempted, NULL,
      "how many of the thread's polls an involuntary context switch cut short", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wiremq.modules.client.egress import Outbox
+from wiremq.modules.runtime import Answer, Answers
 from wiremq.server._syncthread import SyncThread
 from wiremq.server.syncpoll import SyncPoller
 
@@ -132,10 +133,19 @@ class SyncThreadLogWriter:
         self._thread = SyncThread(notify)
         self._notify = notify
         self._waiting: deque[
-            tuple[int, int, Sequence[bytes], Callable[[], None], Callable[[OSError], None]]
+            tuple[
+                int,
+                int,
+                Sequence[bytes],
+                Callable[[], None],
+                Callable[[OSError], None],
+                Answers | None,
+            ]
         ]
         self._waiting = deque()
         self._in_hand: tuple[Callable[[], None], Callable[[OSError], None]] | None = None
+        self._answers: list[Answer] = []  # those the write in hand sends
+        self.answered = 0  # replies the thread sent, for statistics
         self._drains: list[defer.Deferred[None]] = []
         self._handed_at = 0.0  # time.perf_counter() when the write in hand was handed over
         self._last_sync = 0.0  # how long the last write took, in seconds
@@ -151,15 +161,30 @@ class SyncThreadLogWriter:
         parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
+        answers: Answers | None = None,
     ) -> None:
-        self._waiting.append((fd, offset, parts, done, failed))
+        self._waiting.append((fd, offset, parts, done, failed, answers))
         if self._in_hand is None:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        fd, offset, parts, done, failed = self._waiting.popleft()
+        fd, offset, parts, done, failed, source = self._waiting.popleft()
+        answers = source() if source is not None else []
         self._handed_at = time.perf_counter()
-        self._thread.write(fd, offset, parts, self._thread_poll(self._handed_at))
+        try:
+            self._thread.write(
+                fd,
+                offset,
+                parts,
+                self._thread_poll(self._handed_at),
+                [(answer.fd, answer.data) for answer in answers],
+            )
+        except BaseException:
+            for answer in answers:  # never handed: the descriptors are still ours
+                os.close(answer.fd)
+                answer.settle(None)
+            raise
+        self._answers = answers
         self._in_hand = (done, failed)
         if self._last_sync <= self.runtime.sync_poll:  # a slower disk: polling is no use
             self._poll_from(self._handed_at)  # for the sync's end
@@ -198,6 +223,8 @@ class SyncThreadLogWriter:
             return
         done, failed = self._in_hand
         self._in_hand = None
+        if self._answers:
+            self._settle(error)
         finished = time.perf_counter()
         self._last_sync = finished - self._handed_at
         self._poll_from(finished)  # for its producers' next requests
@@ -215,6 +242,17 @@ class SyncThreadLogWriter:
             for drained in drains:
                 drained.callback(None)
         self.runtime.outbox.flush()
+
+    def _settle(self, error: int) -> None:
+        """The write's answers are over: what each socket took (nothing if it failed)."""
+        answers, self._answers = self._answers, []
+        if error:
+            for answer in answers:
+                answer.settle(None)
+            return
+        self.answered += len(answers)
+        for answer, sent in zip(answers, self._thread.sent, strict=True):
+            answer.settle(sent)
 
     def fileno(self) -> int:
         return self._notified

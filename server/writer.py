@@ -14,10 +14,19 @@ worth at a time as the transport drains, from a view of its bytes, instead of
 being handed to the transport whole, which would copy it once or twice more
 (joined with what precedes it, and its unsent rest). Nothing else is written
 to the client until it is done.
+
+A persistent SEND's RECEIPT may be sent by the log's sync thread the moment its
+record is synced (``SocketAnswer``; ``modules/runtime.Answer``): only to a plain
+TCP socket that holds nothing unwritten, and while it is held so, the writer
+writes nothing to that socket (what comes meanwhile waits in the egress), so
+that the thread's bytes never interleave with the event loop's. Once the
+write is over the answer is settled: whatever the socket did not take is
+written first, and the egress drains again.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +81,7 @@ class SocketWriter:
         self.direct = isinstance(transport, Connection)
         self.slowness = SlownessMeter(clock, slowness_window)
         self.fenced = fenced
+        self.answering = 0  # answers held for the sync thread (nothing is written meanwhile)
         egress.writer = self
         self.socket.bufferSize = bound
         transport.registerProducer(self, True)
@@ -80,6 +90,8 @@ class SocketWriter:
         """Write whole frames by priority, up to the transmit bound, in one call."""
         if self.fenced is not None and self.fenced():
             return  # a node that lost its lease delivers nothing, not even what it had
+        if self.answering:
+            return  # the sync thread may be writing to the socket: on once it is settled
         queues = egress.queues
         if self.paused and egress.abort and egress.close_requested and not self.stopped:
             self._close(egress)  # a slow subscriber is dropped without waiting for it
@@ -107,6 +119,31 @@ class SocketWriter:
                 return
         if egress.close_requested:
             self._close(egress)
+
+    def can_answer(self, egress: Egress) -> bool:
+        """Whether the sync thread may send a reply now: a plain TCP socket, open and
+        written to, holding nothing unwritten (in the transport or the egress), in a
+        server that needs no lease to write (HA mode never hands answers anyway)."""
+        return (
+            self.direct
+            and self.fenced is None
+            and not self.paused
+            and not self.stopped
+            and self.streaming is None
+            and not egress.queues.nonempty
+            and bool(self.socket.connected)
+            and self._empty()
+        )
+
+    def answer(self, data: bytes) -> SocketAnswer | None:
+        """Hold the socket for the sync thread to send ``data`` (see the module docstring);
+        None if no descriptor is left to hand it (the reply then goes as usual)."""
+        try:
+            fd = os.dup(self.socket.fileno())
+        except OSError:
+            return None
+        self.answering += 1
+        return SocketAnswer(self, fd, data)
 
     def _empty(self) -> bool:
         """Whether a plain TCP transport holds nothing (then the socket is written at once)."""
@@ -175,6 +212,15 @@ class SocketWriter:
                 self.close_grace, abort_if_open, self.socket
             )
 
+    def settled(self, rest: bytes) -> None:
+        """An answer is settled: ``rest`` (what the socket did not take of it) goes first;
+        once no answer is held, the egress drains again."""
+        self.answering -= 1
+        if rest and not self.stopped and self.socket.connected:
+            self._write([rest], self._empty())
+        if not self.answering:
+            self.drain(self.egress)
+
     def pauseProducing(self) -> None:
         self.paused = True
         if self.egress.queues.pending or self.streaming is not None:
@@ -188,3 +234,19 @@ class SocketWriter:
 
     def stopProducing(self) -> None:
         self.stopped = True
+
+
+class SocketAnswer:
+    """A reply held for the sync thread (``modules/runtime.Answer``): the socket as a
+    duplicate descriptor (the thread closes it: a connection closed meanwhile cannot let
+    the number reach another file) and the reply's bytes."""
+
+    __slots__ = ("writer", "fd", "data")
+
+    def __init__(self, writer: SocketWriter, fd: int, data: bytes) -> None:
+        self.writer = writer
+        self.fd = fd
+        self.data = data
+
+    def settle(self, sent: int | None) -> None:
+        self.writer.settled(self.data[sent:] if sent is not None else b"")

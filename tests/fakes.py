@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wiremq.modules.runtime import Answers
+
 
 @dataclass
 class FakeTimer:
@@ -64,10 +66,13 @@ class FakeLogWriter(FakeWorker):
         parts: Sequence[bytes],
         done: Callable[[], None],
         failed: Callable[[OSError], None],
+        answers: Answers | None = None,
     ) -> None:
+        """``answers`` are never asked for: the replies go the usual way."""
         self.submit(lambda: _write_and_sync(fd, offset, parts), lambda _: done(), failed)  # type: ignore[arg-type]
 
     prepared = 0  # times a write was announced
+    answered = 0  # it sends no answers itself
 
     def prepare(self) -> None:
         """Counted only: ``run`` does the writes."""

@@ -40,7 +40,7 @@ from wiremq.modules.ids import Ids
 from wiremq.modules.memory.memwatch import MemWatch
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline.chain import Batch
-from wiremq.modules.runtime import Runtime, Timer
+from wiremq.modules.runtime import Answer, Runtime, Timer
 from wiremq.modules.stomp.events import (
     Abort,
     Acknowledge,
@@ -308,6 +308,13 @@ class ClientConnection:
 
     def completed(self, receipt: str) -> None:
         self._reply(Receipt(receipt))
+
+    def early_answer(self, receipt: str) -> Answer | None:
+        writer = self.egress.writer
+        if writer is None or not writer.can_answer(self.egress):
+            return None
+        data = self.session.send(Receipt(receipt))
+        return writer.answer(data) if data else None
 
     def refused(self, refusal: Refused, receipt: str | None) -> None:
         """The ERROR takes the place of anything waiting (a DISCONNECT's receipt, say)."""

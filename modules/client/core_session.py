@@ -50,6 +50,7 @@ from wiremq.modules.persistence.store import Persistence
 from wiremq.modules.pipeline.chain import Batch, Pipelines
 from wiremq.modules.pipeline.transaction_manager import TransactionManager
 from wiremq.modules.pipeline.xa import XAController
+from wiremq.modules.runtime import Answer
 from wiremq.modules.security.authentication import Authenticator
 from wiremq.modules.security.permissions import Access
 from wiremq.modules.sender import Sender
@@ -64,6 +65,11 @@ class SessionCallback(ReadControl, Protocol):
 
     def completed(self, receipt: str) -> None:
         """The request (or message) that carried ``receipt`` took effect."""
+
+    def early_answer(self, receipt: str) -> Answer | None:
+        """The receipt of a message whose store commit is about to be synced, held for
+        the log writer to send the moment it is (``modules/runtime.Answer``); None if the
+        client's connection cannot take it that way now (it then goes as usual)."""
 
     def refused(self, refusal: Refused, receipt: str | None) -> None:
         """A request (the one that carried ``receipt``, if any) was refused: the client

@@ -23,6 +23,7 @@ from wiremq.modules.flow.egress_queues import (
     Policy,
     QueueLimits,
 )
+from wiremq.modules.runtime import Answer
 from wiremq.modules.stomp._fast import frame_parts
 from wiremq.modules.stomp.encoder import with_discard_indication
 
@@ -34,6 +35,14 @@ class EgressWriter(Protocol):
     """The socket side that drains an egress (a Twisted push producer in ``server/``)."""
 
     def drain(self, egress: Egress) -> None: ...
+
+    def can_answer(self, egress: Egress) -> bool:
+        """Whether a reply could be sent to the socket from the log writer's thread now:
+        a plain TCP socket that holds nothing unwritten (``modules/runtime.Answer``)."""
+
+    def answer(self, data: bytes) -> Answer | None:
+        """Hold the socket for the log writer to send ``data`` (after ``can_answer``);
+        None if it cannot after all."""
 
 
 class ControlThrottle(Protocol):

@@ -18,6 +18,7 @@ from typing import Protocol
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
 from wiremq.modules.pipeline.transaction_manager import Unit
+from wiremq.modules.runtime import Answer
 
 Done = Callable[[], None]
 Failed = Callable[[Refused], None]
@@ -27,6 +28,7 @@ class Answers(Protocol):
     """How a session answers its client (the part of ``SessionCallback`` it needs)."""
 
     def completed(self, receipt: str) -> None: ...
+    def early_answer(self, receipt: str) -> Answer | None: ...
     def refused(self, refusal: Refused, receipt: str | None) -> None: ...
 
 
@@ -89,12 +91,17 @@ class WorkInProgress:
     # -- the MessageWaiter of the session's messages --------------------------------------
 
     def messages_completed(self, messages: list[Message]) -> None:
-        """The pipeline is done with messages the client sent: their receipts go."""
+        """The pipeline is done with messages the client sent: their receipts go (unless
+        they went with the messages' store commit already)."""
         completed = self.answers.completed
         for message in messages:
-            if message.receipt is not None:
+            if message.receipt is not None and not message.answered:
                 completed(message.receipt)
         self.done(None, len(messages))
+
+    def early_answer(self, receipt: str) -> Answer | None:
+        """A stored message's receipt, for the log writer to send (``MessageWaiter``)."""
+        return self.answers.early_answer(receipt)
 
     def message_refused(self, message: Message, refusal: Refused) -> None:
         """The server does not take a message: the client is told which one (the refusal

@@ -13,8 +13,11 @@ would lose more than it gains. A lone producer (last commit: one item) never
 waits.
 
 The next commit is expected to carry what the last one did and what collected
-while it ran: the producers a commit answers come back with their next items
-to join those still waiting. So when a commit finishes, the batch that
+while it ran from others: the producers a commit answers come back with their
+next items to join those still waiting (and, where the commit's receipts went
+out as it synced, before the event loop heard of its end, some of them are
+back already: ``source`` tells whose an item is, and an item of a producer
+the commit carried is not counted twice). So when a commit finishes, the batch that
 collected meanwhile waits for them as an idle worker waits, unless it is
 already that large. Committed at once instead, it would split such producers
 into two halves whose commits alternate, each carrying half of them (8
@@ -54,8 +57,11 @@ class GroupCommit(Generic[I, R]):
         max_items: int,
         max_bytes: int,
         max_delay: float,
+        source: Callable[[I], object] | None = None,
     ) -> None:
+        """``source``: who sent an item (its producer), if items have one."""
         self.runtime = runtime
+        self._source = source
         self._commit = commit
         self._committed = committed
         self._failed = failed
@@ -134,7 +140,7 @@ class GroupCommit(Generic[I, R]):
 
     def _finish(self, batch: list[I], result: R | None, error: Exception | None) -> None:
         self._running = False
-        self._expected = min(len(batch) + len(self._open), self.max_items)
+        self._expected = min(len(batch) + self._from_others(batch), self.max_items)
         now = self.runtime.monotonic()
         self._last_duration = now - self._started
         self._finished += len(batch)
@@ -153,6 +159,14 @@ class GroupCommit(Generic[I, R]):
             self._close()
         elif self._open:
             self._wait_for_the_answered(now)
+
+    def _from_others(self, batch: list[I]) -> int:
+        """How many items of the open batch come from producers ``batch`` did not carry."""
+        source = self._source
+        if source is None:
+            return len(self._open)
+        carried = {source(item) for item in batch}
+        return sum(1 for item in self._open if source(item) not in carried)
 
     def _wait_for_the_answered(self, now: float) -> None:
         """The open batch waits for the producers the finished commit answered: at most as

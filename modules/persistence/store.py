@@ -27,7 +27,7 @@ from wiremq.config.groups import (
 from wiremq.config.settings import Settings
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.groupcommit import GroupCommit
-from wiremq.modules.runtime import Runtime
+from wiremq.modules.runtime import Answer, Answers, Runtime
 from wiremq.stores.api import (
     QUEUE_PREFIX,
     Batch,
@@ -76,6 +76,7 @@ class StoreWriter:
         # change a store holds is journaled however the process ends; server/ha.py).
         self.before_write: Callable[[], None] | None = None
         self._waiting: Work = []
+        self._answers: list[Answers] = []  # of the transactions waiting (see ``commit``)
         self._running = False
         # A record started a new log segment: the free-disk watermark looks at the disk
         # then as well as on its timer, so a fast producer cannot fill it in between.
@@ -83,14 +84,25 @@ class StoreWriter:
         self.commits = 0  # for statistics
         self.transactions = 0
 
-    def commit(self, transaction: StoreTransaction, done: Done, failed: Failed) -> None:
-        """Commit ``transaction`` (all or none); ``done`` or ``failed`` is called later."""
+    def commit(
+        self,
+        transaction: StoreTransaction,
+        done: Done,
+        failed: Failed,
+        answers: Answers | None = None,
+    ) -> None:
+        """Commit ``transaction`` (all or none); ``done`` or ``failed`` is called later.
+        ``answers``: the replies the commit makes true, which the log writer may send as
+        soon as it is synced (``LogWriter.write``)."""
         self._waiting.append((transaction, done, failed))
+        if answers is not None:
+            self._answers.append(answers)
         if not self._running:
             self._start()
 
     def _start(self) -> None:
         work, self._waiting = self._waiting, []
+        sources, self._answers = self._answers, []
         self._running = True
         store = self.store
         self.log.prepare()  # the sync thread wakes while the record is made
@@ -114,6 +126,7 @@ class StoreWriter:
                     lambda reported: self._abandon(work, pending, reported),
                     lambda reported: self._abandon(work, pending, reported),
                 ),
+                _gathered(sources) if sources else None,
             )
         else:
             if self.before_write is not None:
@@ -163,6 +176,17 @@ class StoreWriter:
     def _next(self) -> None:
         if self._waiting and not self._running:
             self._start()
+
+
+def _gathered(sources: list[Answers]) -> Answers:
+    """The answers of several transactions as one source."""
+    if len(sources) == 1:
+        return sources[0]
+
+    def answers() -> list[Answer]:
+        return [answer for source in sources for answer in source()]
+
+    return answers
 
 
 class Persistence:
@@ -272,8 +296,14 @@ class Persistence:
 
     # -- writes --------------------------------------------------------------------------
 
-    def commit(self, transaction: StoreTransaction, done: Done, failed: Failed) -> None:
-        self.writer.commit(transaction, done, failed)
+    def commit(
+        self,
+        transaction: StoreTransaction,
+        done: Done,
+        failed: Failed,
+        answers: Answers | None = None,
+    ) -> None:
+        self.writer.commit(transaction, done, failed, answers)
 
     def acknowledge(self, transaction: StoreTransaction, done: Callable[[], None] | None) -> None:
         """Store what acknowledgements changed (removals, durable positions) in the group
@@ -400,7 +430,11 @@ class Persistence:
     def statistics(self) -> dict[str, dict[str, int]]:
         """Commits made and what they carried."""
         return {
-            "store": {"commits": self.writer.commits, "transactions": self.writer.transactions},
+            "store": {
+                "commits": self.writer.commits,
+                "transactions": self.writer.transactions,
+                "receipts sent at the sync": self.writer.log.answered,
+            },
             "queue removals": {"commits": self.removals.batches, "items": self.removals.items},
             "durable acknowledgements": {
                 "commits": self.acknowledgements.batches,

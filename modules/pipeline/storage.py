@@ -5,7 +5,11 @@ persistent topic message while its topic has durable subscriptions) first
 passes the spool checks, then waits in the small processing buffer (P2PStore
 / PubSubStore: maxdelay, maxdelayedmessagesnumber, maxdelayedmessagessize),
 which group-commits it to the store; only after its batch is committed does
-it go on, and so its receipt to the client. Non-persistent messages, and
+it go on, and so its receipt to the client. Where nothing after this step can
+refuse a stored message (the distributing module comes next, and only it),
+the receipts are handed to the store with the commit, for its log writer to
+send the moment the record is synced (``early_answers``), before the event
+loop hears of it. Non-persistent messages, and
 messages already stored (read back, or moved to a dead message queue), go on
 at once. Messages of a committed transaction are handed to their ``Unit``,
 which stores the whole transaction in one store transaction. This module
@@ -22,12 +26,30 @@ from wiremq.modules.domains import P2P
 from wiremq.modules.errors import Refused
 from wiremq.modules.message import Message
 from wiremq.modules.persistence.groupcommit import GroupCommit
-from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule
+from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule, Terminal
+from wiremq.modules.pipeline.distributing import DistributingModule
+from wiremq.modules.runtime import Answer
 from wiremq.stores.api import Committed, StoreTransaction
 
 log = structlog.get_logger("wiremq.storage")
 
 NO_STORE = Refused("message not accepted", "this server has no persistent store")
+
+
+def early_answers(batch: list[Message]) -> list[Answer]:
+    """The receipts of a batch about to be synced that their clients' sockets can take
+    from the log writer (``Answer``); each message so answered is marked, and its receipt
+    is not sent again once it is distributed."""
+    answers: list[Answer] = []
+    for message in batch:
+        receipt = message.receipt
+        waiter = message.waiter
+        if receipt is not None and waiter is not None:
+            answer = waiter.early_answer(receipt)
+            if answer is not None:
+                message.answered = True
+                answers.append(answer)
+    return answers
 
 
 class StorageModule(PipelineModule):
@@ -47,7 +69,8 @@ class StorageModule(PipelineModule):
         def commit(batch: list[Message], done, failed) -> None:  # type: ignore[no-untyped-def]
             now_ms = runtime.now_ms()
             appends = tuple([m.to_stored(now_ms) for m in batch])
-            persistence.commit(StoreTransaction(appends=appends), done, failed)
+            answers = (lambda: early_answers(batch)) if self._answers_early() else None
+            persistence.commit(StoreTransaction(appends=appends), done, failed, answers)
 
         self.buffer = GroupCommit(
             runtime,
@@ -58,6 +81,7 @@ class StorageModule(PipelineModule):
             max_items=settings.maxdelayedmessagesnumber,
             max_bytes=settings.maxdelayedmessagessize,
             max_delay=settings.maxdelay / 1000,
+            source=lambda m: m.sender,
         )
 
     def handle(self, batch: Batch) -> None:
@@ -89,6 +113,12 @@ class StorageModule(PipelineModule):
                 passing.append(message)
         if passing:
             self.downstream.handle(passing)
+
+    def _answers_early(self) -> bool:
+        """Whether a stored message's receipt may go before it reaches its destination:
+        only the distributing module, which refuses nothing, comes after this step."""
+        after = self.downstream
+        return type(after) is DistributingModule and type(after.downstream) is Terminal
 
     def _keeps(self, message: Message) -> bool:
         """Whether a persistent message is to be stored here."""

@@ -41,6 +41,7 @@ from wiremq.modules.journal.schema import (
 )
 from wiremq.modules.memory.txmemory import Candidate, TransactionMemory
 from wiremq.modules.message import Batch, Message, Stage, StorageStep
+from wiremq.modules.runtime import Answer
 from wiremq.modules.sender import TransactionOwner
 from wiremq.stores.api import Committed, StoreTransaction
 
@@ -424,6 +425,11 @@ class Unit:
                 self.owner.unit_completed(self)
             else:
                 self.owner.unit_failed(self, self.failure)
+
+    def early_answer(self, receipt: str) -> Answer | None:
+        """None: a transaction's messages are stored with its COMMIT, which answers for
+        them all once they are distributed."""
+        return None
 
     def message_refused(self, message: Message, refusal: Refused) -> None:
         position = self.messages.index(message) + 1

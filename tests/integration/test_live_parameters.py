@@ -252,7 +252,7 @@ def test_a_store_cleanup_runs_at_its_new_interval_in_steps_of_its_new_size(conso
     if store == "TopicFileStore":
         _durable_away(server.port, destination)
     fill(server.port, destination, ["a", "b", "c"], **PERSISTENT, **_expiring(200))
-    assert server.store.count(destination)[0] == 3
+    assert until(lambda: server.store.count(destination)[0] == 3)
     time.sleep(0.3)  # expired now
     api.ok(
         "PATCH",
@@ -281,7 +281,7 @@ def test_the_write_ahead_log_catches_up_at_its_new_interval(reactor, console):
     api.set_parameter("WriteAheadLog.catchupinterval", 60.0)
     time.sleep(0.5)  # a catch-up already scheduled at the old interval may run first
     fill(server.port, "/queue/wal", ["p"], **PERSISTENT)
-    assert behind()
+    assert until(behind)  # once the commit is published (just after its receipt)
     assert not until(lambda: not behind(), timeout=1.0), "caught up before its interval"
     api.set_parameter("WriteAheadLog.catchupinterval", 0.05)
     assert until(lambda: not behind(), timeout=3), "the shorter interval did not apply"

@@ -21,6 +21,7 @@ import stomp
 from tests.integration.certificates import Certificates, Pem, make_certificates
 from tests.integration.clients import TIMEOUT, RawClient, Recorder
 from tests.integration.console import Api, open_console
+from tests.integration.test_early_receipts import sent_at_the_sync
 from wiremq.config.groups import TlsSettings
 from wiremq.config.parameters import REGISTRY
 from wiremq.config.settings import Settings
@@ -71,6 +72,24 @@ def users_with_alice(start_server_data: Path) -> UsersFile:
     users.set("alice", "alice-pw", "viewer")
     users.grant("alice", None, "/queue/alice", ["read", "write", "create"])
     return users
+
+
+def test_persistent_receipts_over_tls_go_through_the_event_loop(
+    reactor, start_server, certificates
+):
+    """The sync thread sends receipts to plain TCP sockets only: over TLS the event loop
+    encrypts them as it does everything else."""
+    server = start_server(**tls(certificates))
+    client = TlsClient(server.ports["stomp+ssl"], certificates.ca)
+    client.connect()
+    for i in range(5):
+        client.send(
+            f"SEND\ndestination:/queue/tls\npersistent:true\nreceipt:t{i}\n\n{i}\0".encode()
+        )
+        assert client.next_frame().headers["receipt-id"] == f"t{i}"
+    assert server.store.count("/queue/tls")[0] == 5
+    assert sent_at_the_sync(reactor, server) == 0
+    client.close()
 
 
 def test_stomp_py_exchanges_messages_over_tls(start_server, certificates):

@@ -5,8 +5,10 @@ Real files and a real thread: what it reports is what the kernel said.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -219,3 +221,105 @@ def test_prepare_is_harmless_while_a_write_is_in_hand_or_once_closed(
     finally:
         os.close(fd)
     assert (tmp_path / "segment").read_bytes() == b"firstsecond"
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_answers_go_to_their_sockets_once_the_write_is_synced_and_their_descriptors_close(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    """A persistent SEND's RECEIPT sent by the thread itself: after the sync, in order, on
+    a duplicate of the socket that the thread closes."""
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    ours, theirs = socket.socketpair()
+    duplicates = [os.dup(ours.fileno()), os.dup(ours.fileno())]
+    thread = SyncThread(notify[1])
+    try:
+        assert thread.sent == ()
+        thread.write(fd, 0, (b"record",), 0.0, [(duplicates[0], b"one|"), (duplicates[1], b"two")])
+        assert wait_for(thread, notify[0]) == 0
+        assert thread.sent == (4, 3)
+        assert theirs.recv(64) == b"one|two"
+        assert all(_closed(duplicate) for duplicate in duplicates)
+        thread.write(fd, 6, (b"!",))  # a write without answers has none to report
+        assert wait_for(thread, notify[0]) == 0
+        assert thread.sent == ()
+    finally:
+        thread.close()
+        os.close(fd)
+        ours.close()
+        theirs.close()
+    assert (tmp_path / "segment").read_bytes() == b"record!"
+
+
+def test_a_failed_write_sends_no_answer_and_still_closes_their_descriptors(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(8))
+    read_only = os.open(path, os.O_RDONLY)
+    ours, theirs = socket.socketpair()
+    duplicate = os.dup(ours.fileno())
+    thread = SyncThread(notify[1])
+    try:
+        thread.write(read_only, 0, (b"record",), 0.0, [(duplicate, b"RECEIPT")])
+        assert wait_for(thread, notify[0]) == errno_of(read_only)
+        assert thread.sent == (0,)
+        assert _closed(duplicate)
+        theirs.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            theirs.recv(64)
+    finally:
+        thread.close()
+        os.close(read_only)
+        ours.close()
+        theirs.close()
+
+
+def test_a_socket_that_takes_part_of_an_answer_says_how_much(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    """The thread never waits for a client: what a full socket did not take is left to the
+    event loop, which writes it through the transport."""
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    room = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            room += ours.send(bytes(65536))
+    thread = SyncThread(notify[1])
+    try:
+        answer = bytes(1 << 20)
+        thread.write(fd, 0, (b"r",), 0.0, [(os.dup(ours.fileno()), answer)])
+        assert wait_for(thread, notify[0]) == 0
+        (sent,) = thread.sent
+        assert 0 <= sent < len(answer)
+    finally:
+        thread.close()
+        os.close(fd)
+        ours.close()
+        theirs.close()
+
+
+def test_answers_that_are_not_socket_and_bytes_pairs_are_refused_before_anything_is_handed(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT)
+    thread = SyncThread(notify[1])
+    try:
+        for answers in ([("three", b"x")], [(3, "text")], [3], 7):
+            with pytest.raises(TypeError):
+                thread.write(fd, 0, (b"never",), 0.0, answers)
+        thread.write(fd, 0, (b"record",))  # nothing was left in hand
+        assert wait_for(thread, notify[0]) == 0
+    finally:
+        thread.close()
+        os.close(fd)
+    assert (tmp_path / "segment").read_bytes() == b"record"

@@ -23,7 +23,7 @@ class Log:
         return len(batch)
 
 
-def make(max_items=5, max_bytes=1000, max_delay=0.005, commit_seconds=0.0):
+def make(max_items=5, max_bytes=1000, max_delay=0.005, commit_seconds=0.0, source=None):
     """A group commit whose commits each take ``commit_seconds`` on the fake clock."""
     runtime = FakeRuntime()
     worker = runtime.worker("store")
@@ -42,6 +42,7 @@ def make(max_items=5, max_bytes=1000, max_delay=0.005, commit_seconds=0.0):
         max_items=max_items,
         max_bytes=max_bytes,
         max_delay=max_delay,
+        source=source,
     )
     return runtime, worker, log, group
 
@@ -97,6 +98,26 @@ def test_producers_a_commit_answers_share_the_next_one_with_those_that_waited():
     group.add(7)
     runtime.run_soon()
     assert worker.calls == []  # the next commit is expected to carry 4 again
+
+
+def test_producers_answered_as_their_commit_synced_are_not_expected_twice():
+    # Items 11 and 21 (producers 1 and 2: the tens) are committed; their receipts went
+    # out as the record synced, so 12 and 22 are back before the commit's end is heard,
+    # with 31 from producer 3. The next commit is expected to carry 2 + 1 items: the
+    # batch goes at once, not after waiting for 1 and 2 a second time.
+    runtime, worker, log, group = make(
+        max_items=100, commit_seconds=0.001, source=lambda item: item // 10
+    )
+    group.add(11)
+    group.add(21)
+    runtime.run_soon()
+    for item in (12, 22, 31):
+        group.add(item)
+    worker.run()  # [11, 21] finishes, and [12, 22, 31] is committed at once
+    assert log.commits == [[11, 21], [12, 22, 31]]
+    group.add(13)  # the next is expected to carry 3: 13 waits for 2's and 3's
+    runtime.run_soon()
+    assert worker.calls == []
 
 
 def test_the_batch_waits_for_the_answered_at_most_as_long_as_the_last_commit_took():
