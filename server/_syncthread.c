@@ -44,10 +44,11 @@
  * afterwards (the caller hands a duplicate, so that a connection closed
  * meanwhile never lets the number reach another file); what a full socket
  * did not take is reported in `sent`. A failed write sends none. The event
- * loop is notified once the answers went: made to wait for them instead (the
- * thread notifying first and holding the lock while it sends), it could not
- * read the answered producers' next requests meanwhile, and eight producers
- * waiting on their receipts lost what they gained.
+ * loop is notified before the answers go (`result` waits for them, under the
+ * lock the thread holds while it sends): whatever a client does once it has
+ * its answer reaches the loop after the notification, and is handled after
+ * the write is (a producer's next SEND sees the store's watermarks with the
+ * message it was answered for).
  *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
@@ -241,12 +242,12 @@ run(void *arg)
         long long poll_ns = self->poll_ns;
         pthread_mutex_unlock(&self->lock);
         int error = write_and_sync(fd, iov, count, offset);
-        send_answers(self, error == 0);
         pthread_mutex_lock(&self->lock);
+        notify(self->notify_fd); /* first: see the module comment */
+        send_answers(self, error == 0);
         self->error = error;
         self->finished = 1;
         pthread_mutex_unlock(&self->lock);
-        notify(self->notify_fd);
         if (poll_ns > 0) {
             poll_for_write(self, poll_ns);
         }
