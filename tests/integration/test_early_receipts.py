@@ -55,22 +55,29 @@ def test_each_receipt_comes_once_from_the_sync_thread_and_after_the_log_has_the_
 
 def test_a_client_that_consumes_where_it_produces_gets_every_frame_whole(reactor, server):
     """Its deliveries are written by the event loop, its receipts by the sync thread: the
-    loop holds its writes while a receipt is in the thread's hands."""
+    loop holds its writes while a receipt is in the thread's hands. Each SEND waits for
+    its receipt (a commit carrying several receipts answers them through the loop), and
+    each receipt is followed by the delivery of its own message."""
     client = RawClient(server.port)
     client.connect()
     client.send(b"SUBSCRIBE\nid:1\ndestination:/queue/mixed\nack:auto\nreceipt:sub\n\n\0")
     assert client.next_frame().headers["receipt-id"] == "sub"
     count = 300
-    client.send(
-        b"".join(
-            f"SEND\ndestination:/queue/mixed\npersistent:true\nreceipt:r{i}\n\n{i:05d}\0".encode()
-            for i in range(count)
-        )
-    )
     receipts: list[str] = []
     bodies: list[bytes] = []
-    while len(receipts) < count or len(bodies) < count:
-        frame = client.next_frame()  # a malformed (interleaved) frame fails here
+    for i in range(count):
+        client.send(
+            f"SEND\ndestination:/queue/mixed\npersistent:true\nreceipt:r{i}\n\n{i:05d}\0".encode()
+        )
+        while len(receipts) <= i:
+            frame = client.next_frame()  # a malformed (interleaved) frame fails here
+            if frame.command == "RECEIPT":
+                receipts.append(frame.headers["receipt-id"])
+            else:
+                assert frame.command == "MESSAGE", frame
+                bodies.append(frame.body)
+    while len(bodies) < count:
+        frame = client.next_frame()
         if frame.command == "RECEIPT":
             receipts.append(frame.headers["receipt-id"])
         else:
