@@ -142,6 +142,7 @@ class WalSettings(SettingsGroup):
     catchuptime: float
     syncpoll: float
     syncpollholdoff: float
+    syncpollpressure: float
 
 
 @dataclass(frozen=True, slots=True)

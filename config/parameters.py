@@ -583,11 +583,27 @@ PARAMETERS += [
         float,
         0.5,
         "How long a thread stops polling around the log's syncs once the scheduler has cut "
-        "one of its polls short for another task: on a busy machine polling delays the "
-        "producers instead of waking them sooner",
+        "one of its polls short for another task while the machine is busy "
+        "(syncpollpressure): on a busy machine polling delays the producers instead of "
+        "waking them sooner",
         unit="s",
         minimum=0.0,
         maximum=600.0,
+        live=True,
+    ),
+    Parameter(
+        "WriteAheadLog",
+        "syncpollpressure",
+        float,
+        30.0,
+        "CPU pressure (the share of the last ten seconds in which some task waited for a "
+        "CPU, Linux's /proc/pressure/cpu) from which a poll the scheduler cut short holds "
+        "polling off (syncpollholdoff); below it the cut is taken for a passing wake-up "
+        "and polling goes on (0, or where the kernel does not report it: every cut holds "
+        "polling off)",
+        unit="%",
+        minimum=0.0,
+        maximum=100.0,
         live=True,
     ),
 ]

@@ -103,7 +103,9 @@ class WiremqServer:
         self.clock: Callable[[], float] = time.monotonic
         self.outbox = Outbox()
         wal = WalSettings.read(settings, "WriteAheadLog")
-        self.runtime = TwistedRuntime(reactor, self.outbox, wal.syncpoll, wal.syncpollholdoff)
+        self.runtime = TwistedRuntime(
+            reactor, self.outbox, wal.syncpoll, wal.syncpollholdoff, wal.syncpollpressure
+        )
         self.connections: set[StompProtocol] = set()
         self.listening: dict[str, IListeningPort] = {}  # by scheme: stomp, stomp+ssl, ws, wss
         self.listeners: list[IListeningPort] = []  # others (the console): closed at stop
@@ -138,6 +140,7 @@ class WiremqServer:
             wal = WalSettings.read(self.settings, "WriteAheadLog")
             self.runtime.sync_poll = wal.syncpoll
             self.runtime.sync_poll_holdoff = wal.syncpollholdoff
+            self.runtime.sync_poll_pressure = wal.syncpollpressure
         for cleanup in self.cleanups:
             cleanup.interval_changed()
 

@@ -24,7 +24,7 @@ from zope.interface import implementer
 from wiremq.modules.client.egress import Outbox
 from wiremq.modules.runtime import Answer, Answers
 from wiremq.server._syncthread import SyncThread
-from wiremq.server.syncpoll import SyncPoller
+from wiremq.server.syncpoll import SyncPoller, busy, cpu_pressure
 
 log = structlog.get_logger("wiremq.server")
 
@@ -171,13 +171,13 @@ class SyncThreadLogWriter:
         fd, offset, parts, done, failed, source = self._waiting.popleft()
         answers = source() if source is not None else []
         self._handed_at = time.perf_counter()
+        # A write the thread answers is a lone producer's: its next record cannot come
+        # before the producer has the answer and sends again, and a thread polling
+        # meanwhile takes the CPU that producer needs (``prepare`` wakes it in time).
+        poll = 0.0 if answers else self._thread_poll(self._handed_at)
         try:
             self._thread.write(
-                fd,
-                offset,
-                parts,
-                self._thread_poll(self._handed_at),
-                [(answer.fd, answer.data) for answer in answers],
+                fd, offset, parts, poll, [(answer.fd, answer.data) for answer in answers]
             )
         except BaseException:
             for answer in answers:  # never handed: the descriptors are still ours
@@ -193,15 +193,18 @@ class SyncThreadLogWriter:
         """Have the event loop poll rather than sleep for ``sync_poll`` past ``start``."""
         limit = self.runtime.sync_poll
         if self._poller is not None and limit:
-            self._poller.poll_from(start, limit, self.runtime.sync_poll_holdoff)
+            runtime = self.runtime
+            self._poller.poll_from(start, limit, runtime.sync_poll_holdoff, runtime.cpu_busy)
 
     def _thread_poll(self, now: float) -> float:
         """How long the sync thread may poll for its next write: ``sync_poll``, or 0 while
-        a poll of its that was preempted holds its polling off (``syncpoll``)."""
+        a poll of its that was preempted on a busy machine holds its polling off
+        (``syncpoll``)."""
         preempted = self._thread.preempted
         if preempted != self._thread_preempted:
             self._thread_preempted = preempted
-            self._thread_held_until = now + self.runtime.sync_poll_holdoff
+            if self.runtime.cpu_busy():
+                self._thread_held_until = now + self.runtime.sync_poll_holdoff
         return self.runtime.sync_poll if now >= self._thread_held_until else 0.0
 
     def prepare(self) -> None:
@@ -288,16 +291,24 @@ class TwistedRuntime:
     group commit closes its batch that way once a read is handled)."""
 
     def __init__(
-        self, reactor: Any, outbox: Outbox, sync_poll: float = 0.0, sync_poll_holdoff: float = 0.0
+        self,
+        reactor: Any,
+        outbox: Outbox,
+        sync_poll: float = 0.0,
+        sync_poll_holdoff: float = 0.0,
+        sync_poll_pressure: float = 0.0,
     ) -> None:
         """``sync_poll``: how long the event loop may poll instead of sleeping around the
         log's syncs (``WriteAheadLog.syncpoll``; ``syncpoll.SyncPoller``);
         ``sync_poll_holdoff``: how long a thread whose poll was preempted stops polling
-        (``syncpollholdoff``); both changeable."""
+        (``syncpollholdoff``), if the CPU pressure is ``sync_poll_pressure`` or more
+        (``syncpollpressure``; 0: whatever it is); all changeable."""
         self.reactor = reactor
         self.outbox = outbox
         self.sync_poll = sync_poll
         self.sync_poll_holdoff = sync_poll_holdoff
+        self.sync_poll_pressure = sync_poll_pressure
+        self.cpu_pressure: Callable[[], float | None] = cpu_pressure  # where it is read
         self.workers: dict[str, ThreadWorker] = {}
         self.shared: dict[str, str] = {}  # a worker's name -> the worker that runs its calls
         self._soon: deque[Callable[[], None]] = deque()
@@ -356,6 +367,10 @@ class TwistedRuntime:
         if worker is None:
             worker = self.workers[name] = ThreadWorker(name, self)
         return worker
+
+    def cpu_busy(self) -> bool:
+        """Whether a poll the scheduler cut short holds polling off (``syncpoll.busy``)."""
+        return busy(self.sync_poll_pressure, self.cpu_pressure)
 
     def log_writer(self) -> SyncThreadLogWriter:
         if self._log_writer is None:

@@ -31,6 +31,19 @@ then it polls again, and holds off again if it is preempted again. The loop's
 polls are watched here, the sync thread's in ``_syncthread.c`` (its
 ``preempted`` count, read by the log writer).
 
+But a poll is cut short on a quiet machine too, now and then: a woken task
+(the producer itself, a kernel worker finishing the sync's I/O) may take the
+polling thread's CPU for a moment. A lone producer's loop saw one cut in 35
+to 80 polls, busy machine or not, so that half a second of holding off after
+each left it polling in 2-3 % of the turns it could (bench/README.md,
+"Polling on a quiet machine"). What tells the two machines apart is how
+long tasks wait for a CPU: Linux's CPU pressure (``/proc/pressure/cpu``,
+the share of the last ten seconds in which some task waited) was 10-19 % on
+the quiet machine running the benchmark and 50-76 % with two busy loops
+beside it. So a cut holds polling off only while the pressure is
+``Runtime.sync_poll_pressure`` or more (``busy``); where the kernel does not
+report it, every cut does, as before.
+
 Installed in place of the epoll object of Twisted's epoll reactor (its
 ``_poller``; a test fails if that changes), once per reactor, whichever
 servers share it: each server's log writer tells it how long to poll as it
@@ -65,6 +78,31 @@ import structlog
 log = structlog.get_logger("wiremq.server")
 
 
+PRESSURE = "/proc/pressure/cpu"
+
+
+def cpu_pressure(path: str = PRESSURE) -> float | None:
+    """The share (percent) of the last ten seconds in which some task waited for a CPU
+    (the ``some avg10`` of Linux's pressure stall information); None where the kernel
+    does not report it."""
+    try:
+        with open(path, "rb") as file:
+            fields = file.readline().split()
+        return float(fields[1].partition(b"=")[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def busy(threshold: float, pressure: Callable[[], float | None] = cpu_pressure) -> bool:
+    """Whether a poll the scheduler cut short tells of a CPU busy with other work, so that
+    polling is held off: the CPU pressure is ``threshold`` or more, or is not known; at a
+    threshold of 0, always (the pressure is not read)."""
+    if threshold <= 0:
+        return True
+    level = pressure()
+    return level is None or level >= threshold
+
+
 def involuntary_switches() -> int:
     """How many times the scheduler has taken the CPU from the calling thread for another
     task."""
@@ -80,6 +118,7 @@ class SyncPoller:
         self.until = 0.0  # time.perf_counter() up to which the loop polls rather than sleeps
         self.held_until = 0.0  # no polling before this: a poll was preempted
         self.holdoff = 0.0  # how long a preempted poll holds polling off, in seconds
+        self.busy: Callable[[], bool] = lambda: True  # whether a preempted poll holds it off
         self.preempted = 0  # polls cut short by the scheduler, for statistics
         self.deadline = 0.0  # time.monotonic() past which this process may not serve (0: none)
         self.on_deadline: Callable[[], None] = lambda: None
@@ -115,12 +154,15 @@ class SyncPoller:
                 except Exception:
                     log.exception("reactor.event_failed", descriptor=fd)
 
-    def poll_from(self, start: float, window: float, holdoff: float) -> None:
+    def poll_from(
+        self, start: float, window: float, holdoff: float, busy: Callable[[], bool]
+    ) -> None:
         """Poll rather than sleep up to ``window`` seconds past ``start``
         (``time.perf_counter``) at least, unless polling is held off then; a poll that is
-        preempted holds it off for ``holdoff`` seconds. Told by a log writer as it hands a
-        record over and as a sync ends."""
+        preempted holds it off for ``holdoff`` seconds if ``busy()`` says so. Told by a
+        log writer as it hands a record over and as a sync ends."""
         self.holdoff = holdoff
+        self.busy = busy
         until = start + window
         if until > self.until and start >= self.held_until:
             self.until = until
@@ -164,8 +206,9 @@ class SyncPoller:
             now = clock()
         if involuntary_switches() != switches:
             self.preempted += 1
-            self.held_until = now + self.holdoff
-            self.until = 0.0
+            if self.busy():
+                self.held_until = now + self.holdoff
+                self.until = 0.0
         if events:
             return events
         return poll(-1 if deadline is None else max(0.0, deadline - now), maxevents)

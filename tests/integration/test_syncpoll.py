@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +24,11 @@ from tests.defaults import SETTINGS
 from wiremq.config.groups import WalSettings
 from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
-from wiremq.server.syncpoll import SyncPoller
+from wiremq.server.syncpoll import PRESSURE, SyncPoller, busy, cpu_pressure
+
+
+def BUSY() -> bool:  # noqa: N802 - a constant rule: every preempted poll holds off
+    return True
 
 
 class RecordingEpoll:
@@ -51,8 +56,8 @@ def pipe_poller() -> Iterator[tuple[SyncPoller, RecordingEpoll, int, int]]:
 
 def test_within_a_window_an_event_is_found_by_polling_without_sleeping(pipe_poller) -> None:
     poller, epoll, readable, writable = pipe_poller
-    poller.poll_from(time.perf_counter(), 5.0, 0.0)
-    poller.poll_from(time.perf_counter(), 0.0, 0.0)  # an earlier time does not shorten it
+    poller.poll_from(time.perf_counter(), 5.0, 0.0, BUSY)
+    poller.poll_from(time.perf_counter(), 0.0, 0.0, BUSY)  # an earlier time does not shorten it
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     events = poller.poll(-1, 10)
     assert events == [(readable, select.EPOLLIN)]
@@ -64,7 +69,7 @@ def test_with_no_window_the_loop_sleeps_at_once(pipe_poller) -> None:
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     assert poller.poll(2.0, 10)  # never told to poll
     os.read(poller.epoll.epoll.poll(0)[0][0], 1)
-    poller.poll_from(time.perf_counter() - 1.0, 0.0, 0.0)  # a time that has passed
+    poller.poll_from(time.perf_counter() - 1.0, 0.0, 0.0, BUSY)  # a time that has passed
     threading.Timer(0.05, os.write, (writable, b"x")).start()
     assert poller.poll(2.0, 10)
     assert len(epoll.timeouts) == 2 and all(1.9 < t <= 2.0 for t in epoll.timeouts)
@@ -72,7 +77,7 @@ def test_with_no_window_the_loop_sleeps_at_once(pipe_poller) -> None:
 
 def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_from(time.perf_counter(), 0.05, 0.0)
+    poller.poll_from(time.perf_counter(), 0.05, 0.0, BUSY)
     started = time.perf_counter()
     assert poller.poll(0.3, 10) == []
     took = time.perf_counter() - started
@@ -82,7 +87,7 @@ def test_a_window_ends_in_a_sleep_for_the_rest_of_the_timeout(pipe_poller) -> No
 
 def test_a_timeout_shorter_than_the_window_is_kept(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_from(time.perf_counter(), 5.0, 0.0)
+    poller.poll_from(time.perf_counter(), 5.0, 0.0, BUSY)
     started = time.perf_counter()
     assert poller.poll(0.05, 10) == []
     assert time.perf_counter() - started < 1.0
@@ -111,7 +116,7 @@ def test_an_ha_deadline_is_never_slept_past_and_once_past_no_event_is_handed_out
 
 def test_a_poll_asked_not_to_wait_is_passed_on_once(pipe_poller) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_from(time.perf_counter(), 5.0, 0.0)
+    poller.poll_from(time.perf_counter(), 5.0, 0.0, BUSY)
     assert poller.poll(0, 10) == []
     assert epoll.timeouts == [0]
 
@@ -281,26 +286,47 @@ def contended_cpu() -> Iterator[None]:
 
 def test_a_preempted_poll_holds_the_loops_polling_off(pipe_poller, contended_cpu) -> None:
     poller, epoll, _, _ = pipe_poller
-    poller.poll_from(time.perf_counter(), 2.0, 60.0)
+    poller.poll_from(time.perf_counter(), 2.0, 60.0, BUSY)
     started = time.perf_counter()
     assert poller.poll(2.0, 10) == []  # polled until the scheduler cut it short, then slept
     assert poller.preempted == 1
     assert started < poller.held_until - 59.0
     assert poller.until == 0.0
     epoll.timeouts.clear()
-    poller.poll_from(time.perf_counter(), 2.0, 60.0)  # held off: the loop sleeps
+    poller.poll_from(time.perf_counter(), 2.0, 60.0, BUSY)  # held off: the loop sleeps
     assert poller.until == 0.0
     assert poller.poll(0.05, 10) == [] and len(epoll.timeouts) == 1
+
+
+def test_a_preempted_poll_on_a_quiet_machine_goes_on_polling(pipe_poller, contended_cpu) -> None:
+    """Cut short while the CPU pressure is low (``busy`` says no): no hold-off, and the
+    window is kept."""
+    poller, epoll, _, _ = pipe_poller
+    asked: list[bool] = []
+
+    def quiet() -> bool:
+        asked.append(False)
+        return False
+
+    poller.poll_from(time.perf_counter(), 2.0, 60.0, quiet)
+    assert poller.poll(2.0, 10) == []  # polled the whole window, cut short on the way
+    assert poller.preempted >= 1 and asked
+    assert poller.held_until == 0.0
+    epoll.timeouts.clear()
+    now = time.perf_counter()
+    poller.poll_from(now, 0.05, 60.0, quiet)  # not held off: it polls again
+    assert poller.until == now + 0.05
+    assert poller.poll(1.0, 10) == [] and len(epoll.timeouts) > 1
 
 
 def test_the_hold_off_ends(pipe_poller) -> None:
     poller, _, _, _ = pipe_poller
     poller.held_until = time.perf_counter() + 0.05
     now = time.perf_counter()
-    poller.poll_from(now, 1.0, 0.05)
+    poller.poll_from(now, 1.0, 0.05, BUSY)
     assert poller.until == 0.0
     later = poller.held_until
-    poller.poll_from(later, 1.0, 0.05)
+    poller.poll_from(later, 1.0, 0.05, BUSY)
     assert poller.until == later + 1.0
 
 
@@ -332,6 +358,147 @@ def test_a_preempted_poll_of_the_sync_thread_holds_its_polling_off(
         os.close(fd)
     assert polls[0] == 0.01
     assert polls[-1] == 0.0
+
+
+def test_a_preempted_poll_of_the_sync_thread_on_a_quiet_machine_holds_nothing_off(
+    reactor: Any, tmp_path: Path, contended_cpu
+) -> None:
+    """The same preemption, with the CPU pressure read as under ``syncpollpressure``: the
+    thread's next writes are still polled for (and the pressure was read to decide)."""
+    fd = _segment(tmp_path)
+    runtime = TwistedRuntime(
+        reactor, Outbox(), sync_poll=0.01, sync_poll_holdoff=60.0, sync_poll_pressure=30.0
+    )
+    read: list[float] = []
+
+    def pressure() -> float:
+        read.append(5.0)
+        return 5.0
+
+    runtime.cpu_pressure = pressure
+    polls: list[float] = []
+
+    def write() -> defer.Deferred[None]:
+        writer = runtime.log_writer()
+        polls.append(writer._thread_poll(time.perf_counter()))  # noqa: SLF001
+        writer.write(fd, 0, (b"x",), lambda: None, print)
+        return writer.drained()
+
+    try:
+        call_in_reactor(reactor, write)
+        thread = runtime.log_writer()._thread  # noqa: SLF001
+        deadline = time.monotonic() + 30
+        while not thread.preempted and time.monotonic() < deadline:
+            call_in_reactor(reactor, write)
+        assert thread.preempted
+        call_in_reactor(reactor, write)
+        call_in_reactor(reactor, runtime.stop_threads)
+    finally:
+        os.close(fd)
+    assert read, "a preemption reads the pressure"
+    assert polls[0] == 0.01
+    assert polls[-1] == 0.01
+
+
+class RecordingThread:
+    """The log writer's real C sync thread, noting how long each write asks it to poll."""
+
+    def __init__(self, thread: Any) -> None:
+        self.thread = thread
+        self.polls: list[float] = []
+
+    def write(self, fd: int, offset: int, parts: Any, poll: float = 0.0, answers: Any = ()) -> None:
+        self.polls.append(poll)
+        self.thread.write(fd, offset, parts, poll, answers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.thread, name)
+
+
+class Reply:
+    """A reply for the thread to send (``modules/runtime.Answer``) on a socket's duplicate."""
+
+    def __init__(self, sock: socket.socket, data: bytes) -> None:
+        self.fd = os.dup(sock.fileno())
+        self.data = data
+        self.settled: list[int | None] = []
+
+    def settle(self, sent: int | None) -> None:
+        self.settled.append(sent)
+
+
+def test_the_sync_thread_does_not_poll_after_a_write_it_answers(
+    reactor: Any, tmp_path: Path
+) -> None:
+    """A write the thread answers is a lone producer's: the producer needs the CPU to send
+    its next record, so the thread sleeps instead of polling for it; a write without
+    answers is polled after as before."""
+    fd = _segment(tmp_path)
+    ours, theirs = socket.socketpair()
+    runtime = TwistedRuntime(reactor, Outbox(), sync_poll=0.25)
+    reply = Reply(ours, b"RECEIPT\nreceipt-id:1\n\n\0")
+    recording: list[RecordingThread] = []
+
+    def write(answers: list[Reply]) -> defer.Deferred[None]:
+        writer = runtime.log_writer()
+        if not recording:
+            recording.append(RecordingThread(writer._thread))  # noqa: SLF001
+            writer._thread = recording[0]  # type: ignore[assignment]  # noqa: SLF001
+        writer.write(fd, 0, (b"x",), lambda: None, print, (lambda: answers) if answers else None)
+        return writer.drained()
+
+    try:
+        call_in_reactor(reactor, lambda: write([]))
+        call_in_reactor(reactor, lambda: write([reply]))
+        call_in_reactor(reactor, runtime.stop_threads)
+        theirs.settimeout(10)
+        assert theirs.recv(100) == reply.data  # the thread sent it
+    finally:
+        os.close(fd)
+        ours.close()
+        theirs.close()
+    assert reply.settled == [len(reply.data)]
+    assert recording[0].polls == [0.25, 0.0]
+
+
+def test_the_cpu_pressure_is_read_from_the_kernels_pressure_file(tmp_path: Path) -> None:
+    psi = tmp_path / "cpu"
+    psi.write_text(
+        "some avg10=42.50 avg60=11.18 avg300=13.60 total=20676568125\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    assert cpu_pressure(str(psi)) == 42.5
+    psi.write_text("nonsense\n")
+    assert cpu_pressure(str(psi)) is None
+    assert cpu_pressure(str(tmp_path / "absent")) is None
+    here = cpu_pressure()  # this machine's, where the kernel reports it
+    if os.path.exists(PRESSURE):
+        assert here is not None and 0.0 <= here <= 100.0
+    else:
+        assert here is None
+
+
+def test_a_preemption_holds_polling_off_at_or_over_the_pressure_or_when_it_is_unknown() -> None:
+    assert busy(30.0, lambda: 30.0)
+    assert busy(30.0, lambda: 75.0)
+    assert not busy(30.0, lambda: 12.0)
+    assert busy(30.0, lambda: None)  # no pressure reported: as before, every cut holds off
+
+    def unread() -> float:
+        raise AssertionError("at 0 the pressure is not read")
+
+    assert busy(0.0, unread)
+
+
+def test_the_servers_pressure_is_the_parameter_and_changes_at_run_time(console) -> None:
+    server, api = console
+    default = WalSettings.read(SETTINGS, "WriteAheadLog").syncpollpressure
+    assert 0 < default < 100 and server.runtime.sync_poll_pressure == default
+    server.runtime.cpu_pressure = lambda: default - 1.0
+    assert not server.runtime.cpu_busy()
+    api.set_parameter("WriteAheadLog.syncpollpressure", default - 1.0)
+    assert server.runtime.sync_poll_pressure == default - 1.0
+    assert server.runtime.cpu_busy()
 
 
 def test_the_servers_hold_off_is_the_parameter_and_changes_at_run_time(console) -> None:
