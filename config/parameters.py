@@ -599,8 +599,9 @@ PARAMETERS += [
         "CPU pressure (the share of the last ten seconds in which some task waited for a "
         "CPU, Linux's /proc/pressure/cpu) from which a poll the scheduler cut short holds "
         "polling off (syncpollholdoff); below it the cut is taken for a passing wake-up "
-        "and polling goes on (0, or where the kernel does not report it: every cut holds "
-        "polling off)",
+        "and the event loop, and the sync thread waiting for a record being made, go on "
+        "polling (the thread's polls after a write stop at any cut; 0, or where the "
+        "kernel does not report it: every cut holds polling off)",
         unit="%",
         minimum=0.0,
         maximum=100.0,

@@ -150,7 +150,8 @@ class SyncThreadLogWriter:
         self._handed_at = 0.0  # time.perf_counter() when the write in hand was handed over
         self._last_sync = 0.0  # how long the last write took, in seconds
         self._thread_preempted = 0  # the thread's preempted polls, as last seen
-        self._thread_held_until = 0.0  # the thread does not poll before this
+        self._thread_held_until = 0.0  # the thread polls after a write from this time on
+        self._prepare_held_until = 0.0  # and for a write being made (``prepare``)
         runtime.reactor.addReader(self)
         self._poller = SyncPoller.install(runtime.reactor)
 
@@ -174,7 +175,7 @@ class SyncThreadLogWriter:
         # A write the thread answers is a lone producer's: its next record cannot come
         # before the producer has the answer and sends again, and a thread polling
         # meanwhile takes the CPU that producer needs (``prepare`` wakes it in time).
-        poll = 0.0 if answers else self._thread_poll(self._handed_at)
+        poll = 0.0 if answers else self._thread_poll(self._handed_at, made=False)
         try:
             self._thread.write(
                 fd, offset, parts, poll, [(answer.fd, answer.data) for answer in answers]
@@ -196,23 +197,31 @@ class SyncThreadLogWriter:
             runtime = self.runtime
             self._poller.poll_from(start, limit, runtime.sync_poll_holdoff, runtime.cpu_busy)
 
-    def _thread_poll(self, now: float) -> float:
+    def _thread_poll(self, now: float, made: bool) -> float:
         """How long the sync thread may poll for its next write: ``sync_poll``, or 0 while
-        a poll of its that was preempted on a busy machine holds its polling off
-        (``syncpoll``)."""
+        a poll of its that was preempted holds its polling off (``syncpoll``).
+
+        After a write (``made`` False), the next may not come while the thread polls,
+        and the producers it answered want the CPU: any preempted poll holds those polls
+        off. A write being made (``prepare``, ``made``) comes within microseconds: only
+        a preempted poll on a busy machine (``Runtime.cpu_busy``) holds those off
+        (measured: bench/README.md, "Polling on a quiet machine")."""
         preempted = self._thread.preempted
         if preempted != self._thread_preempted:
             self._thread_preempted = preempted
+            held_until = now + self.runtime.sync_poll_holdoff
+            self._thread_held_until = held_until
             if self.runtime.cpu_busy():
-                self._thread_held_until = now + self.runtime.sync_poll_holdoff
-        return self.runtime.sync_poll if now >= self._thread_held_until else 0.0
+                self._prepare_held_until = held_until
+        held = self._prepare_held_until if made else self._thread_held_until
+        return self.runtime.sync_poll if now >= held else 0.0
 
     def prepare(self) -> None:
         """Wake the idle thread now (unless it still polls after its last write), so that
         it waits for the write by polling (for up to ``sync_poll``) while the record is
         made: the write then finds it awake."""
         if self._in_hand is None and self.runtime.sync_poll:
-            poll = self._thread_poll(time.perf_counter())
+            poll = self._thread_poll(time.perf_counter(), made=True)
             if poll:
                 self._thread.prepare(poll)
 

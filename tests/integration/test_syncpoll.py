@@ -330,18 +330,47 @@ def test_the_hold_off_ends(pipe_poller) -> None:
     assert poller.until == later + 1.0
 
 
+@pytest.mark.parametrize(
+    ("pressure", "after_preemption"),
+    [
+        (None, (0.0, 0.0)),  # a busy machine (any pressure at a threshold of 0): none
+        (5.0, (0.0, 0.01)),  # a quiet one: the polls for a write being made go on
+    ],
+)
 def test_a_preempted_poll_of_the_sync_thread_holds_its_polling_off(
-    reactor: Any, tmp_path: Path, contended_cpu
+    reactor: Any,
+    tmp_path: Path,
+    contended_cpu,
+    pressure: float | None,
+    after_preemption: tuple[float, float],
 ) -> None:
-    """The log writer's C thread, created on the contended CPU, polls for a second after
-    its write; preempted, its next writes are handed over with no polling."""
+    """The log writer's C thread, created on the contended CPU, polls for 10 ms after
+    its write; once preempted, it polls after no write, and for a write being made
+    (``prepare``) only if the CPU pressure is under ``syncpollpressure``."""
     fd = _segment(tmp_path)
-    runtime = TwistedRuntime(reactor, Outbox(), sync_poll=0.01, sync_poll_holdoff=60.0)
-    polls: list[float] = []
+    runtime = TwistedRuntime(
+        reactor,
+        Outbox(),
+        sync_poll=0.01,
+        sync_poll_holdoff=60.0,
+        sync_poll_pressure=0.0 if pressure is None else 30.0,
+    )
+    read: list[float] = []
+
+    def pressure_now() -> float:
+        assert pressure is not None, "at a threshold of 0 the pressure is not read"
+        read.append(pressure)
+        return pressure
+
+    runtime.cpu_pressure = pressure_now
+    polls: list[tuple[float, float]] = []
 
     def write() -> defer.Deferred[None]:
         writer = runtime.log_writer()
-        polls.append(writer._thread_poll(time.perf_counter()))  # noqa: SLF001
+        now = time.perf_counter()
+        polls.append(
+            (writer._thread_poll(now, made=False), writer._thread_poll(now, made=True))  # noqa: SLF001
+        )
         writer.write(fd, 0, (b"x",), lambda: None, print)
         return writer.drained()
 
@@ -356,48 +385,9 @@ def test_a_preempted_poll_of_the_sync_thread_holds_its_polling_off(
         call_in_reactor(reactor, runtime.stop_threads)
     finally:
         os.close(fd)
-    assert polls[0] == 0.01
-    assert polls[-1] == 0.0
-
-
-def test_a_preempted_poll_of_the_sync_thread_on_a_quiet_machine_holds_nothing_off(
-    reactor: Any, tmp_path: Path, contended_cpu
-) -> None:
-    """The same preemption, with the CPU pressure read as under ``syncpollpressure``: the
-    thread's next writes are still polled for (and the pressure was read to decide)."""
-    fd = _segment(tmp_path)
-    runtime = TwistedRuntime(
-        reactor, Outbox(), sync_poll=0.01, sync_poll_holdoff=60.0, sync_poll_pressure=30.0
-    )
-    read: list[float] = []
-
-    def pressure() -> float:
-        read.append(5.0)
-        return 5.0
-
-    runtime.cpu_pressure = pressure
-    polls: list[float] = []
-
-    def write() -> defer.Deferred[None]:
-        writer = runtime.log_writer()
-        polls.append(writer._thread_poll(time.perf_counter()))  # noqa: SLF001
-        writer.write(fd, 0, (b"x",), lambda: None, print)
-        return writer.drained()
-
-    try:
-        call_in_reactor(reactor, write)
-        thread = runtime.log_writer()._thread  # noqa: SLF001
-        deadline = time.monotonic() + 30
-        while not thread.preempted and time.monotonic() < deadline:
-            call_in_reactor(reactor, write)
-        assert thread.preempted
-        call_in_reactor(reactor, write)
-        call_in_reactor(reactor, runtime.stop_threads)
-    finally:
-        os.close(fd)
-    assert read, "a preemption reads the pressure"
-    assert polls[0] == 0.01
-    assert polls[-1] == 0.01
+    assert polls[0] == (0.01, 0.01)
+    assert polls[-1] == after_preemption
+    assert bool(read) == (pressure is not None)
 
 
 class RecordingThread:
