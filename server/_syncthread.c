@@ -8,7 +8,10 @@
  *                                poll for the next write for up to `poll` seconds
  *     .prepare(seconds)          a write is coming: wake the thread now, to wait for it
  *                                by polling for up to `seconds`
- *     .result() -> int | None    None while it runs; then 0 or the errno it failed with
+ *     .synced() -> int | None    None while it writes and syncs; then 0 or the errno it
+ *                                failed with, while its answers may still be going out
+ *     .result() -> int | None    None while it runs; then 0 or the errno it failed with,
+ *                                once the answers are sent (waiting for them); ends it
  *     .sent -> tuple[int, ...]   after `result`: how many bytes of each answer the
  *                                socket took (the rest is the caller's to write)
  *     .preempted -> int          how many of its polls the kernel cut short for another
@@ -48,7 +51,9 @@
  * lock the thread holds while it sends): whatever a client does once it has
  * its answer reaches the loop after the notification, and is handled after
  * the write is (a producer's next SEND sees the store's watermarks with the
- * message it was answered for).
+ * message it was answered for). `synced` tells the outcome as soon as the loop
+ * is notified, so that the loop runs the write's callbacks while the answers go
+ * out, and waits for them (`result`) only after.
  *
  * One write at a time: `write` while one is in hand raises RuntimeError (the
  * caller queues). Signals are blocked in the thread, so that they reach the
@@ -82,7 +87,9 @@ typedef struct {
     long long prepared_ns; /* `prepare` asked the thread to poll this long for a write */
     long long poll_ns;     /* the write in hand's `poll`: how long to poll for the next */
     long preempted; /* polls cut short by an involuntary switch (atomic, no lock) */
-    int finished;  /* the write in hand is done; `error` says how */
+    int finished;  /* the write in hand is done, answers sent; `error` says how */
+    int synced;    /* the write in hand is synced (or failed): `error` is set (atomic:
+                      read without the lock, which the thread holds while it sends) */
     int error;
     /* the write in hand: set by `write`, read by the thread, released by `result` */
     int in_hand;
@@ -243,9 +250,10 @@ run(void *arg)
         pthread_mutex_unlock(&self->lock);
         int error = write_and_sync(fd, iov, count, offset);
         pthread_mutex_lock(&self->lock);
+        self->error = error;
+        __atomic_store_n(&self->synced, 1, __ATOMIC_RELEASE);
         notify(self->notify_fd); /* first: see the module comment */
         send_answers(self, error == 0);
-        self->error = error;
         self->finished = 1;
         pthread_mutex_unlock(&self->lock);
         if (poll_ns > 0) {
@@ -425,6 +433,7 @@ SyncThread_write(SyncThread *self, PyObject *args)
     self->poll_ns = poll > 0 ? (long long)(poll * 1e9) : 0;
     self->in_hand = 1;
     self->finished = 0;
+    __atomic_store_n(&self->synced, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&self->handed, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&self->lock);
     pthread_cond_signal(&self->wake);
@@ -446,6 +455,19 @@ SyncThread_prepare(SyncThread *self, PyObject *args)
     pthread_mutex_unlock(&self->lock);
     pthread_cond_signal(&self->wake);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+SyncThread_synced(SyncThread *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->in_hand) {
+        PyErr_SetString(PyExc_RuntimeError, "no write is in hand");
+        return NULL;
+    }
+    if (!__atomic_load_n(&self->synced, __ATOMIC_ACQUIRE)) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLong(self->error);
 }
 
 static PyObject *
@@ -520,8 +542,12 @@ static PyMethodDef SyncThread_methods[] = {
      "that long"},
     {"prepare", (PyCFunction)SyncThread_prepare, METH_VARARGS,
      "prepare(seconds): a write is coming; wake the thread to poll for it that long"},
+    {"synced", (PyCFunction)SyncThread_synced, METH_NOARGS,
+     "None while the write and its sync run; then 0, or the errno it failed with (the "
+     "answers may still be going out)"},
     {"result", (PyCFunction)SyncThread_result, METH_NOARGS,
-     "None while the write runs; then 0, or the errno it failed with"},
+     "None while the write runs; then 0, or the errno it failed with, once its answers "
+     "are sent (waits for them); ends the write"},
     {"close", (PyCFunction)SyncThread_close, METH_NOARGS,
      "finish the write in hand and end the thread"},
     {NULL, NULL, 0, NULL},

@@ -226,22 +226,25 @@ class SyncThreadLogWriter:
                 self._thread.prepare(poll)
 
     def doRead(self) -> None:
-        """The thread finished a write: report it (and hand it the next one first)."""
+        """The thread synced a write: report it (and hand it the next one first).
+
+        While the thread sends the write's answers, its callbacks run here; the answers
+        are settled, and the next write handed over, once they are sent (``result``
+        waits for the sends: the loop, notified first, would otherwise wait for them
+        before any callback)."""
         os.read(self._notified, 4096)
         if self._in_hand is None:
             return
-        error = self._thread.result()
+        error = self._thread.synced()
         if error is None:
             return
         done, failed = self._in_hand
-        self._in_hand = None
-        if self._answers:
-            self._settle(error)
         finished = time.perf_counter()
         self._last_sync = finished - self._handed_at
         self._poll_from(finished)  # for its producers' next requests
-        if self._waiting:
-            self._hand_over()
+        answered = bool(self._answers)
+        if not answered:
+            self._end(error)
         try:
             if error:
                 failed(OSError(error, os.strerror(error)))
@@ -249,11 +252,22 @@ class SyncThreadLogWriter:
                 done()
         except Exception:  # the reader must stay registered whatever a callback does
             log.exception("log_writer.callback_failed")
+        if answered:
+            self._end(error)
         if self._in_hand is None and not self._waiting:
             drains, self._drains = self._drains, []
             for drained in drains:
                 drained.callback(None)
         self.runtime.outbox.flush()
+
+    def _end(self, error: int) -> None:
+        """The write in hand is over (its answers sent): settle them, hand the next over."""
+        self._thread.result()
+        self._in_hand = None
+        if self._answers:
+            self._settle(error)
+        if self._waiting:
+            self._hand_over()
 
     def _settle(self, error: int) -> None:
         """The write's answers are over: what each socket took (nothing if it failed)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,54 @@ def test_stopping_the_workers_waits_for_the_log_writes_handed_over(
         os.close(fd)
     assert reported == ["done"]
     assert (tmp_path / "segment").read_bytes() == b"last"
+
+
+class Reply:
+    """A reply for the sync thread to send (``modules/runtime.Answer``), noting when it is
+    settled among the write's other events."""
+
+    def __init__(self, sock: socket.socket, data: bytes, events: list[str]) -> None:
+        self.fd = os.dup(sock.fileno())
+        self.data = data
+        self.events = events
+
+    def settle(self, sent: int | None) -> None:
+        self.events.append(f"settled {sent}")
+
+
+def test_a_writes_callbacks_run_while_its_answers_go_out_and_they_are_settled_after(
+    reactor: Any, tmp_path: Path
+) -> None:
+    """The loop, notified before the thread sends a write's answers, runs the write's
+    callbacks without waiting for the sends; the answers are settled (what each socket
+    took) and the next write handed over after the callbacks."""
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(16))
+    fd = os.open(path, os.O_RDWR)
+    ours, theirs = socket.socketpair()
+    runtime = TwistedRuntime(reactor, Outbox())
+    events: list[str] = []
+    reply = Reply(ours, b"RECEIPT", events)
+
+    def write_two() -> defer.Deferred[None]:
+        writer = runtime.log_writer()
+
+        def first_done() -> None:
+            events.append("first done")
+            # asked from the callback: waits for the first write to end
+            writer.write(fd, 5, (b"two",), lambda: events.append("second done"), print)
+
+        writer.write(fd, 0, (b"first",), first_done, print, lambda: [reply])
+        return writer.drained()
+
+    try:
+        call_in_reactor(reactor, write_two)
+        call_in_reactor(reactor, runtime.stop_threads)
+        theirs.settimeout(10)
+        assert theirs.recv(64) == b"RECEIPT"
+    finally:
+        os.close(fd)
+        ours.close()
+        theirs.close()
+    assert events == ["first done", "settled 7", "second done"]
+    assert path.read_bytes() == b"firsttwo" + bytes(8)

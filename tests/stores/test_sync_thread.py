@@ -6,6 +6,7 @@ Real files and a real thread: what it reports is what the kernel said.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -256,6 +257,44 @@ def test_answers_go_to_their_sockets_once_the_write_is_synced_and_their_descript
         ours.close()
         theirs.close()
     assert (tmp_path / "segment").read_bytes() == b"record!"
+
+
+def test_synced_tells_the_outcome_before_the_write_is_ended_and_result_ends_it(
+    tmp_path: Path, notify: tuple[int, int]
+) -> None:
+    """``synced``: the outcome once the thread says so, while the write stays in hand
+    (asked again, the same); ``result`` then ends it, after which neither may be asked."""
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(8))
+    fd = os.open(path, os.O_RDWR)
+    read_only = os.open(path, os.O_RDONLY)
+    ours, theirs = socket.socketpair()
+    thread = SyncThread(notify[1])
+    try:
+        with pytest.raises(RuntimeError, match="no write is in hand"):
+            thread.synced()
+        thread.write(fd, 0, (b"one",), 0.0, [(os.dup(ours.fileno()), b"answer")])
+        assert select.select([notify[0]], [], [], 10)[0], "the thread never reported"
+        os.read(notify[0], 4096)
+        assert thread.synced() == 0
+        assert thread.synced() == 0
+        assert thread.result() == 0  # waits for the answer to be sent
+        assert thread.sent == (6,)
+        assert theirs.recv(64) == b"answer"
+        with pytest.raises(RuntimeError, match="no write is in hand"):
+            thread.synced()
+        thread.write(read_only, 0, (b"two",))
+        assert select.select([notify[0]], [], [], 10)[0], "the thread never reported"
+        failed = thread.synced()
+        assert failed == errno.EBADF
+        assert thread.result() == failed
+    finally:
+        thread.close()
+        os.close(fd)
+        os.close(read_only)
+        ours.close()
+        theirs.close()
+    assert path.read_bytes() == b"one" + bytes(5)
 
 
 def test_a_failed_write_sends_no_answer_and_still_closes_their_descriptors(
