@@ -447,19 +447,20 @@ class SessionSubscriptions:
 
     def _store(self, changes: StoreTransaction, receipts: Sequence[str]) -> None:
         """Store what acknowledgements changed; the ``receipts`` are answered once it is
-        stored."""
+        stored. Without receipts it is still work in progress until then, as a SEND is:
+        a DISCONNECT's receipt follows only once the acknowledgements before it are
+        stored, so that a server killed after it delivers none of them again."""
         progress = self.progress
         persistence = self.persistence
         if persistence is None or changes.empty:
             for receipt in receipts:
                 progress.answer(receipt)
             return
-        if not receipts:
-            persistence.acknowledge(changes, None)
-            return
-        progress.started(len(receipts))
+        progress.started(len(receipts) or 1)
 
         def stored() -> None:
+            if not receipts:
+                progress.done(None)
             for receipt in receipts:
                 progress.done(receipt)
 
