@@ -17,8 +17,11 @@ def journal_files(server: Any) -> list[Path]:
 
 
 def read_journal(server: Any) -> list[dict[str, Any]]:
+    """Its whole records (a last line still being written has no newline yet)."""
     return [
-        json.loads(line) for path in journal_files(server) for line in path.read_text().splitlines()
+        json.loads(line)
+        for path in journal_files(server)
+        for line in path.read_text().split("\n")[:-1]
     ]
 
 

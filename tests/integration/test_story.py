@@ -145,8 +145,8 @@ def _by_event(server, destination: str) -> str:
 
     def find() -> str | None:
         for path in _journal_files(server):
-            for line in path.read_text().splitlines():
-                record = json.loads(line)
+            for line in path.read_text().split("\n")[:-1]:  # whole lines: one may be
+                record = json.loads(line)  # still being written
                 if record["event"] == "received" and record.get("destination") == destination:
                     return str(record["message_id"])
         return None

@@ -54,10 +54,12 @@ class Traffic:
 
 
 def records(journal: Path, event: str) -> list[dict[str, Any]]:
+    """The journal's records of ``event``; a last line the server is still writing (no
+    newline yet: a read may see part of a write) is left for the next look."""
     return [
         line
         for path in sorted(journal.glob("*.jsonl"))
-        for line in map(json.loads, path.read_text().splitlines())
+        for line in map(json.loads, path.read_text().split("\n")[:-1])
         if line["event"] == event
     ]
 
