@@ -393,7 +393,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as page:
                     state = json.load(page)
-            except OSError:
+            except (OSError, ValueError):  # not up, or a page not yet whole (under load)
                 return False
             return any(w.get("state") == "ALIVE" for w in state.get("workers", []))
 
