@@ -42,10 +42,11 @@ def early_answers(batch: list[Message]) -> list[Answer]:
     is marked, and its receipt is not sent again once it is distributed.
 
     One: that is a producer waiting alone, whose every cycle is a sync and the wake-ups
-    around it. Where producers share a commit, the thread would send their receipts one
-    after the other while the event loop, told first, waits for it; 8 and 16 producers
-    each waiting on its receipt made 0.87-0.91 of their rate that way (bench/README.md,
-    "Receipts at the sync")."""
+    around it. Where producers share a commit, sending all their receipts from the sync
+    thread cost 8 and 16 producers 0.87-0.91 of their rate while the event loop waited
+    for the sends, and gained nothing (0.97-1.00 for 8) once it ran the commit's
+    callbacks meanwhile (bench/README.md, "Receipts at the sync" and "Polling on a quiet
+    machine")."""
     receipted = [message for message in batch if message.receipt is not None]
     if len(receipted) != 1:
         return []
