@@ -7,11 +7,18 @@ Nothing is taken out of the middle of the queue's list, so nothing here reads
 or sets a message's ``home``, ``level`` or ``group`` (``queue.py`` sets them
 when the queue turns selective). It runs for every message: inlined, and
 what left memory is counted once per dispatch.
+
+A lone consumer has no turns to take: it gets each level's run at once, as a
+topic subscriber does (``Subscription.deliver_run``: its window and egress
+room checked across the run, the frames queued per egress queue together),
+once the level holds ``RUN_FROM`` messages: a run costs more to set up than a
+delivery, and saves per message (bench/README.md, "What was tried").
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from operator import attrgetter
 
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.destinations.queue_counts import QueueCounts
@@ -19,6 +26,11 @@ from wiremq.modules.destinations.subscription import Subscription
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY as DEFAULT
+
+RUN_FROM = 4  # messages waiting at a level from which a lone consumer takes them as a run
+EXPIRES = attrgetter("expires")
+SIZE = attrgetter("size")
+STORE_SEQ = attrgetter("store_seq")
 
 
 class PlainDispatch:
@@ -51,8 +63,17 @@ class PlainDispatch:
         taken = taken_bytes = live_buffer_out = 0  # what left memory, for the counts
         expired: list[Message] = []
         blocked = False
+        lone = next(iter(consumers)) if count == 1 else None
         for priority in range(main.high, main.low - 1, -1):
             level = levels[priority]
+            if lone is not None and len(level) >= RUN_FROM:
+                blocked, stored_out, out, out_bytes = _run_to(lone, level, self.runtime, expired)
+                live_buffer_out += stored_out
+                taken += out
+                taken_bytes += out_bytes
+                if blocked:
+                    break
+                continue
             while level:
                 message = level[0]
                 if message.expires and message.expires <= (
@@ -91,3 +112,35 @@ class PlainDispatch:
         while main.low < DEFAULT and not levels[main.low]:
             main.low += 1
         return expired
+
+
+def _run_to(
+    consumer: Subscription, level: deque[Message], runtime: Runtime, expired: list[Message]
+) -> tuple[bool, int, int, int]:
+    """Hand a lone consumer the run of ``level`` it can take (``deliver_run``) and take it
+    off the level, with the expired messages before where it stopped (added to
+    ``expired``); returns whether it stopped at one it is not ready for, and what left
+    memory: the stored messages' bytes, the others' number and bytes."""
+    waiting = list(level)
+    run: list[Message] | list[Message | None] = waiting
+    if any(map(EXPIRES, waiting)):  # rare: an expired message leaves its place empty
+        now_ms = runtime.now_ms()
+        run = [None if 0 < m.expires <= now_ms else m for m in waiting]
+    passed = consumer.deliver_run(run)
+    stopped = passed < len(run)
+    if stopped:
+        consumer.waiting = True
+        for _ in range(passed):
+            level.popleft()
+    else:
+        level.clear()
+    taken = waiting[:passed]
+    if run is not waiting:
+        expired += (m for m, place in zip(taken, run, strict=False) if place is None)
+        taken = [m for m in run[:passed] if m is not None]
+    nbytes = sum(map(SIZE, taken))
+    if not any(map(STORE_SEQ, taken)):
+        return stopped, 0, len(taken), nbytes
+    stored = [m for m in taken if m.store_seq]
+    stored_bytes = sum(map(SIZE, stored))
+    return stopped, stored_bytes, len(taken) - len(stored), nbytes - stored_bytes

@@ -281,18 +281,19 @@ class Subscription:
 
     def deliver_run(
         self,
-        messages: list[Message | None],
+        messages: Sequence[Message | None],
         start: int = 0,
         unselected: list[Message] | None = None,
     ) -> int:
-        """Deliver from a topic's ``messages[start]`` on as far as the consumer can take
-        them, as ``ready_for`` and ``deliver`` would one by one; returns the index of the
-        first one it cannot take (``len(messages)``: it took them all). It passes over
-        what it skips (``skips``; added to ``unselected`` if given) and None (an expired
-        message's place). The frames go to the egress in runs, one per egress queue met
-        (``Egress.push_messages``)."""
+        """Deliver from ``messages[start]`` on (a topic's, or a lone queue consumer's) as
+        far as the consumer can take them, as ``ready_for`` and ``deliver`` would one by
+        one; returns the index of the first one it cannot take (``len(messages)``: it took
+        them all). It passes over what it skips (``skips``; added to ``unselected`` if
+        given) and None (an expired message's place). The frames go to the egress in runs,
+        one per egress queue met (``Egress.push_messages``)."""
         screened = self.accepts is not None or self.durable_key is not None
         discarding = self.policy == "discard-oldest" and self.unacked is None
+        in_order = self.in_order
         egress = self.egress
         queues = egress.queues
         blocking = queues.policy is not DISCARD_OLDEST
@@ -319,6 +320,8 @@ class Subscription:
                     unselected.append(message)
                 continue
             queue = message.egress_queue
+            if in_order and queue is not G1 and (run_queue is G1 or queues.nonempty & G1_BIT):
+                queue = G1  # as ``ready_for`` says, the run's own G-1 frames counted
             if queue != run_queue:
                 if entries:
                     inflight_messages, inflight_bytes = self._push_run(
