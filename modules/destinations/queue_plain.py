@@ -11,8 +11,7 @@ what left memory is counted once per dispatch.
 A lone consumer has no turns to take: it gets each level's run at once, as a
 topic subscriber does (``Subscription.deliver_run``: its window and egress
 room checked across the run, the frames queued per egress queue together),
-once the level holds ``RUN_FROM`` messages: a run costs more to set up than a
-delivery, and saves per message (bench/README.md, "What was tried").
+once the level holds ``RUN_FROM`` messages.
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ from operator import attrgetter
 
 from wiremq.modules.destinations.levels import Levels
 from wiremq.modules.destinations.queue_counts import QueueCounts
-from wiremq.modules.destinations.subscription import Subscription
+from wiremq.modules.destinations.subscription import RUN_FROM, Subscription
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY as DEFAULT
 
-RUN_FROM = 4  # messages waiting at a level from which a lone consumer takes them as a run
 EXPIRES = attrgetter("expires")
 SIZE = attrgetter("size")
 STORE_SEQ = attrgetter("store_seq")

@@ -16,19 +16,26 @@ alone does not, so it costs what routing it costs, however many consumers and
 messages wait. Message groups (``groups.py``) and an exclusive consumer
 (``activemq.exclusive``: only the first such consumer gets messages while it
 lives) are served here too.
+
+A lone consumer with nothing waiting for it takes what it selects of an
+arriving run at once (``Subscription.deliver_run``), as a plain queue's does
+(``queue_plain.py``); what it does not take is listed as routing would.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import attrgetter
 
 from wiremq.modules.destinations.filters import Filter, Matcher
 from wiremq.modules.destinations.groups import CLOSES_GROUP, GROUP_SEQUENCE, Groups
 from wiremq.modules.destinations.levels import Levels, before
 from wiremq.modules.destinations.queue_counts import QueueCounts
-from wiremq.modules.destinations.subscription import Subscription
+from wiremq.modules.destinations.subscription import RUN_FROM, Subscription
 from wiremq.modules.message import Message
 from wiremq.modules.runtime import Runtime
+
+GROUP = attrgetter("group")
 
 
 class SelectiveDispatch:
@@ -167,6 +174,8 @@ class SelectiveDispatch:
         look (``back``: it came back, so it goes to its place among the waiting ones).
         Every arrival is routed here, a run at a time: what it does per message is
         inlined."""
+        if deliver and not back and len(messages) >= RUN_FROM and self._lone_takes_run(messages):
+            return
         main = self.main
         everyone = self.everyone
         reserved = self.groups.reserved
@@ -224,6 +233,55 @@ class SelectiveDispatch:
             add(main, message)
             for filter_ in matching:
                 add(filter_.pending, message)
+
+    def _lone_takes_run(self, messages: list[Message]) -> bool:
+        """``route`` for arrivals in the common case, in a run: the only consumer (not
+        exclusive, no message groups) has nothing waiting for it, and takes what it selects
+        as far as it can (``deliver_run``); the rest is listed in arrival order. False: not
+        that case, nothing was done."""
+        if len(self.consumers) != 1 or self.exclusive or self.groups.reserved:
+            return False
+        if any(map(GROUP, messages)):
+            return False
+        consumer = next(iter(self.consumers))
+        filter_ = consumer.filter
+        assert filter_ is not None
+        if filter_.pending.head() is not None:
+            return False  # older messages wait for it: they go first (``serve``)
+        matching_of = self.matcher.matching if self.filters else None
+        placed: list[tuple[Message, list[Filter[Subscription]], int]] = []
+        selected: list[Message] = []  # (its place in ``selected``: -1 if not selected)
+        for message in messages:
+            if message.expires and self._expired_now(message):
+                self._drop_expired(message)
+                continue
+            matching = [] if matching_of is None else matching_of(message)
+            index = -1
+            if filter_ is self.everyone or filter_ in matching:
+                index = len(selected)
+                selected.append(message)
+            placed.append((message, matching, index))
+        taken = consumer.deliver_run(selected, screen=False)  # its selector was asked
+        if taken < len(selected):
+            consumer.waiting = True
+        if taken:
+            left_memory = self.counts.left_memory
+            for message in selected[:taken]:
+                message.home = None
+                left_memory(message)
+            self.served += taken
+            filter_.served = self.served
+        if taken == len(placed):
+            return True
+        main = self.main
+        for message, matching, index in placed:
+            if 0 <= index < taken:
+                continue
+            message.home = main
+            main.append(message)
+            for other in matching:
+                other.pending.append(message)
+        return True
 
     def _for_owner(self, owner: Subscription, message: Message, deliver: bool = True) -> None:
         """A message of a group ``owner`` owns: to the owner now if it can take it, else

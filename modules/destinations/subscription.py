@@ -33,6 +33,10 @@ DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
 G1 = EgressQueue.G1
 G1_BIT = 1 << G1  # its bit in ``EgressQueues.nonempty``
+# From how many messages a lone queue consumer takes them as a run (``deliver_run``): a run
+# costs more to set up than a delivery, and saves per message (bench/README.md, "What was
+# tried").
+RUN_FROM = 4
 
 
 class SubscriptionServices(Protocol):
@@ -284,14 +288,16 @@ class Subscription:
         messages: Sequence[Message | None],
         start: int = 0,
         unselected: list[Message] | None = None,
+        screen: bool = True,
     ) -> int:
         """Deliver from ``messages[start]`` on (a topic's, or a lone queue consumer's) as
         far as the consumer can take them, as ``ready_for`` and ``deliver`` would one by
         one; returns the index of the first one it cannot take (``len(messages)``: it took
-        them all). It passes over what it skips (``skips``; added to ``unselected`` if
-        given) and None (an expired message's place). The frames go to the egress in runs,
-        one per egress queue met (``Egress.push_messages``)."""
-        screened = self.accepts is not None or self.durable_key is not None
+        them all). It passes over what it skips (``skips``, unless ``screen`` is False: a
+        queue chose them for it; added to ``unselected`` if given) and None (an expired
+        message's place). The frames go to the egress in runs, one per egress queue met
+        (``Egress.push_messages``)."""
+        screened = screen and (self.accepts is not None or self.durable_key is not None)
         discarding = self.policy == "discard-oldest" and self.unacked is None
         in_order = self.in_order
         egress = self.egress

@@ -108,3 +108,53 @@ def test_expired_messages_within_a_run_leave_and_the_rest_is_delivered(make_net)
     assert consumer.bodies() == ["held", "a", "b", "c"]
     assert queue.fates.expired == 2 and queue.fates.acknowledged == 4
     assert queue.waiting() == [] and queue.held("VolQueueStore") == (0, 0)
+
+
+def test_a_lone_selective_consumer_takes_what_it_selects_of_a_run_and_the_rest_waits(make_net):
+    net = make_net()
+    consumer = Peer(net, "eu")
+    consumer.subscribe("/queue/sel", selector="region = 'EU'")
+    publisher = Peer(net, "publisher")
+    regions = ["EU", "US", "EU", "EU", "ASIA", "EU", "US"]
+    publisher.feed(
+        b"".join(
+            send_frame("/queue/sel", f"m{i}", {"region": region})
+            for i, region in enumerate(regions)
+        )
+    )
+    queue = net.queue("/queue/sel")
+    assert consumer.bodies() == ["m0", "m2", "m3", "m5"]
+    assert [m.body for m in queue.waiting()] == [b"m1", b"m4", b"m6"]
+    assert queue.held("VolQueueStore") == (3, 3 * len(b"m0"))
+
+    anyone = Peer(net, "anyone")
+    anyone.subscribe("/queue/sel")
+    assert anyone.bodies() == ["m1", "m4", "m6"]
+    assert queue.waiting() == [] and queue.held("VolQueueStore") == (0, 0)
+
+
+def test_a_lone_selective_consumer_stops_at_its_window_and_takes_the_rest_in_order(make_net):
+    """What it cannot take of a run is listed for it; a later run waits behind that."""
+    net = make_net()
+    consumer = Peer(net, "eu")
+    consumer.subscribe(
+        "/queue/sel",
+        selector="region = 'EU'",
+        ack="client-individual",
+        consumerQueueEntriesSize="2",
+    )
+    publisher = Peer(net, "publisher")
+    eu = {"region": "EU"}
+    _publish(publisher, "/queue/sel", [f"a{i}" for i in range(5)], eu)
+    assert consumer.bodies() == ["a0", "a1"]
+    _publish(publisher, "/queue/sel", [f"b{i}" for i in range(5)], eu)
+    assert consumer.bodies() == ["a0", "a1"]
+    queue = net.queue("/queue/sel")
+    assert len(queue.waiting()) == 8
+
+    acked = 0
+    while acked < len(consumer.messages):
+        consumer.ack(consumer.messages[acked])
+        acked += 1
+    assert consumer.bodies() == [f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)]
+    assert queue.waiting() == [] and queue.fates.acknowledged == 10
