@@ -13,6 +13,7 @@ out meanwhile).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from wiremq.modules.destinations.destination import count_into
@@ -22,6 +23,9 @@ from wiremq.modules.message import Message
 if TYPE_CHECKING:
     from wiremq.modules.persistence.store import Persistence
     from wiremq.stores.volqueue import VolatileCount
+
+SIZE = attrgetter("size")
+STORE_SEQ = attrgetter("store_seq")
 
 
 class QueueCounts:
@@ -75,6 +79,19 @@ class QueueCounts:
         else:
             self.unreported_messages -= 1
             self.unreported_bytes -= message.size
+
+    def run_left_memory(self, messages: list[Message]) -> None:
+        """``left_memory`` for a run of messages (delivered together), counted at once."""
+        nbytes = sum(map(SIZE, messages))
+        count = len(messages)
+        if any(map(STORE_SEQ, messages)):
+            stored = [m for m in messages if m.store_seq]
+            stored_bytes = sum(map(SIZE, stored))
+            self.live_buffer_add(-stored_bytes)
+            nbytes -= stored_bytes
+            count -= len(stored)
+        self.unreported_messages -= count
+        self.unreported_bytes -= nbytes
 
     def came_back(self, message: Message) -> None:
         """A message comes back into memory (redelivered)."""

@@ -27,8 +27,6 @@ from wiremq.modules.runtime import Runtime
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY as DEFAULT
 
 EXPIRES = attrgetter("expires")
-SIZE = attrgetter("size")
-STORE_SEQ = attrgetter("store_seq")
 
 
 class PlainDispatch:
@@ -48,6 +46,32 @@ class PlainDispatch:
         self.counts = counts
         self.runtime = runtime
 
+    def _run_to(
+        self, consumer: Subscription, level: deque[Message], expired: list[Message]
+    ) -> bool:
+        """Hand a lone consumer the run of ``level`` it can take (``deliver_run``) and take
+        it off the level, with the expired messages before where it stopped (added to
+        ``expired``); returns whether it stopped at one it is not ready for."""
+        waiting = list(level)
+        run: list[Message] | list[Message | None] = waiting
+        if any(map(EXPIRES, waiting)):  # rare: an expired message leaves its place empty
+            now_ms = self.runtime.now_ms()
+            run = [None if 0 < m.expires <= now_ms else m for m in waiting]
+        passed = consumer.deliver_run(run)
+        stopped = passed < len(run)
+        if stopped:
+            consumer.waiting = True
+            for _ in range(passed):
+                level.popleft()
+        else:
+            level.clear()
+        taken = waiting[:passed]
+        if run is not waiting:
+            expired += (m for m, place in zip(taken, run, strict=False) if place is None)
+            taken = [m for m in run[:passed] if m is not None]
+        self.counts.run_left_memory(taken)
+        return stopped
+
     def dispatch(self) -> list[Message]:
         """Hand waiting messages to ready consumers, one each in turn, in priority order,
         until none is ready; returns the expired messages met (out of memory, for the
@@ -65,11 +89,8 @@ class PlainDispatch:
         for priority in range(main.high, main.low - 1, -1):
             level = levels[priority]
             if lone is not None and len(level) >= RUN_FROM:
-                blocked, stored_out, out, out_bytes = _run_to(lone, level, self.runtime, expired)
-                live_buffer_out += stored_out
-                taken += out
-                taken_bytes += out_bytes
-                if blocked:
+                if self._run_to(lone, level, expired):
+                    blocked = True
                     break
                 continue
             while level:
@@ -110,35 +131,3 @@ class PlainDispatch:
         while main.low < DEFAULT and not levels[main.low]:
             main.low += 1
         return expired
-
-
-def _run_to(
-    consumer: Subscription, level: deque[Message], runtime: Runtime, expired: list[Message]
-) -> tuple[bool, int, int, int]:
-    """Hand a lone consumer the run of ``level`` it can take (``deliver_run``) and take it
-    off the level, with the expired messages before where it stopped (added to
-    ``expired``); returns whether it stopped at one it is not ready for, and what left
-    memory: the stored messages' bytes, the others' number and bytes."""
-    waiting = list(level)
-    run: list[Message] | list[Message | None] = waiting
-    if any(map(EXPIRES, waiting)):  # rare: an expired message leaves its place empty
-        now_ms = runtime.now_ms()
-        run = [None if 0 < m.expires <= now_ms else m for m in waiting]
-    passed = consumer.deliver_run(run)
-    stopped = passed < len(run)
-    if stopped:
-        consumer.waiting = True
-        for _ in range(passed):
-            level.popleft()
-    else:
-        level.clear()
-    taken = waiting[:passed]
-    if run is not waiting:
-        expired += (m for m, place in zip(taken, run, strict=False) if place is None)
-        taken = [m for m in run[:passed] if m is not None]
-    nbytes = sum(map(SIZE, taken))
-    if not any(map(STORE_SEQ, taken)):
-        return stopped, 0, len(taken), nbytes
-    stored = [m for m in taken if m.store_seq]
-    stored_bytes = sum(map(SIZE, stored))
-    return stopped, stored_bytes, len(taken) - len(stored), nbytes - stored_bytes

@@ -265,10 +265,10 @@ class SelectiveDispatch:
         if taken < len(selected):
             consumer.waiting = True
         if taken:
-            left_memory = self.counts.left_memory
-            for message in selected[:taken]:
+            delivered = selected[:taken]
+            for message in delivered:
                 message.home = None
-                left_memory(message)
+            self.counts.run_left_memory(delivered)
             self.served += taken
             filter_.served = self.served
         if taken == len(placed):
