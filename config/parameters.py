@@ -274,7 +274,8 @@ for _group in ("P2PPrioQueue", "PubSubPrioQueue"):
             "maxnummessages",
             int,
             5000,
-            "Messages the thread/buffer module holds before it hands its batch on at once",
+            "Messages held in the thread/buffer module at which it stops its domain's producers "
+            "(started again at half)",
             minimum=1,
             maximum=10_000_000,
         ),
@@ -283,7 +284,8 @@ for _group in ("P2PPrioQueue", "PubSubPrioQueue"):
             "maxnumbytes",
             int,
             262144,
-            "Bytes the thread/buffer module holds before it hands its batch on at once",
+            "Bytes held in the thread/buffer module at which it stops its domain's producers "
+            "(started again at half)",
             unit="bytes",
             minimum=1,
             maximum=1024 * MIB,

@@ -145,6 +145,15 @@ class Gauge:
         if by_messages is not None or by_bytes is not None:
             self._refresh()
 
+    def fits(self, messages: int, nbytes: int) -> bool:
+        """Whether counting these in would leave the gauge untripped (every watermark
+        below its high bound)."""
+        return (
+            not self._tripped
+            and self.messages + messages < self.msg_threshold._set_at
+            and self.bytes + nbytes < self.byte_threshold._set_at
+        )
+
     def remove(self, messages: int, nbytes: int) -> None:
         """Count messages going out."""
         self.messages -= messages

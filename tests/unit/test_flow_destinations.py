@@ -9,7 +9,7 @@ import pytest
 
 from tests.defaults import EGRESS_LIMITS as DEFAULT_LIMITS
 from tests.unit.net import PERSISTENT, Net, Peer, send_frame
-from wiremq.modules.domains import P2P
+from wiremq.modules.domains import P2P, domain_of
 from wiremq.modules.flow.egress_queues import EgressQueue, QueueLimits
 from wiremq.modules.pipeline.prioqueue import PrioQueueModule
 
@@ -409,6 +409,35 @@ def test_a_full_thread_buffer_stops_its_producers_until_it_has_handed_its_batch_
     assert module.watermark.trips == 1
     assert producer.reader.calls == ["pause", "resume"]
     assert consumer.bodies() == [f"{i}" * 60 for i in range(5)]
+
+
+def _prioqueue(net: Net, destination: str) -> PrioQueueModule:
+    chain = net.core.pipelines.chains[domain_of(destination)]
+    (module,) = [m for m in chain.modules if isinstance(m, PrioQueueModule)]
+    return module
+
+
+def test_a_batch_that_cannot_fill_the_thread_buffer_goes_on_within_its_read(make_net):
+    net = make_net()
+    producer = Peer(net, "producer")
+    producer.input.append(send_frame("/queue/pq", "now"))
+    assert producer.take_input()  # the read alone: nothing it asked to run soon has run
+    assert _volatile_count(net, "/queue/pq") == 1
+    watermark = _prioqueue(net, "/queue/pq").watermark
+    assert (watermark.gauge.messages, watermark.trips) == (0, 0)
+
+
+def test_a_batch_waits_behind_what_the_thread_buffer_holds(make_net):
+    net = make_net({"P2PPrioQueue.maxnummessages": 3})
+    consumer = Peer(net, "consumer")
+    consumer.subscribe("/queue/pq")
+    producer = Peer(net, "producer")
+    held = [send_frame("/queue/pq", f"a{i}") for i in range(5)]  # held: they reach the mark
+    # the topic's SEND ends the queue's run: the last SEND is a batch of its own, which fits
+    rest = [send_frame("/topic/elsewhere", "t"), send_frame("/queue/pq", "a5")]
+    producer.feed(b"".join(held + rest))  # one read
+    assert consumer.bodies() == [f"a{i}" for i in range(6)]
+    assert _prioqueue(net, "/queue/pq").watermark.trips == 1
 
 
 # -- egress priority ------------------------------------------------------------------------
