@@ -34,7 +34,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.internet.tcp import Connection
 from zope.interface import implementer
 
-from wiremq.modules.client.egress import Egress
+from wiremq.modules.client.egress import Egress, tell_written
 from wiremq.modules.flow.slowness import SlownessMeter
 
 
@@ -104,11 +104,15 @@ class SocketWriter:
             return  # the rest of a large frame goes first; on once the transport drains
         if queues.nonempty:  # (``pending``, read as its field: this runs for every burst)
             empty = self._empty()
-            self._write(egress.write_out(self.bound), empty)
+            parts, runs = egress.take_out(self.bound)
+            self._write(parts, empty)
+            tell_written(runs)
             pending = queues.nonempty
             if pending and empty and self.streaming is None:
                 # Sent at once: the next bound's worth waits in the transport.
-                self._write(egress.write_out(self.bound), self._empty())
+                parts, runs = egress.take_out(self.bound)
+                self._write(parts, self._empty())
+                tell_written(runs)
                 pending = queues.nonempty
             if self.streaming is not None:
                 return

@@ -13,7 +13,7 @@ and consumers of a full queue are not ready.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from wiremq.modules.flow.egress_queues import (
     EgressQueue,
@@ -43,6 +43,16 @@ class EgressWriter(Protocol):
     def answer(self, data: bytes) -> Answer | None:
         """Hold the socket for the log writer to send ``data`` (after ``can_answer``);
         None if it cannot after all."""
+
+
+Runs = list[tuple[EntryOwner | None, list[Any]]]  # owners, each with a run of its frames
+
+
+def tell_written(runs: Runs) -> None:
+    """Tell each frame's owner what of its was written (once per run of its frames)."""
+    for owner, run in runs:
+        if owner is not None:
+            owner.written(run)
 
 
 class ControlThrottle(Protocol):
@@ -156,21 +166,27 @@ class Egress:
             self.outbox.ready.append(self)
 
     def write_out(self, budget: int) -> list[bytes]:
-        """Take whole frames by priority while fewer than ``budget`` bytes were taken, and
-        return their bytes to write (a MESSAGE after discards says so), telling each
-        frame's owner what of its was written (once per run of its frames)."""
+        """``take_out`` and ``tell_written`` at once: for a writer that has written the
+        bytes by the time it asks for more."""
+        parts, runs = self.take_out(budget)
+        tell_written(runs)
+        return parts
+
+    def take_out(self, budget: int) -> tuple[list[bytes], Runs]:
+        """Take whole frames by priority while fewer than ``budget`` bytes were taken: their
+        bytes to write (a MESSAGE after discards says so), and the frames' owners with what
+        of theirs was taken, for ``tell_written`` once the bytes are written (a socket
+        writer tells them after the send, off the path of a client waiting for them)."""
         entries, indicated, discarded = self.queues.drain(budget)
         parts: list[bytes] = []
-        for owner, run in frame_parts(entries, parts):  # in C: this runs per frame
-            if owner is not None:
-                owner.written(run)
+        runs = frame_parts(entries, parts)  # in C: this runs per frame
         if indicated >= 0:
             parts[2 * indicated] = with_discard_indication(parts[2 * indicated], discarded)
         if self._throttled and not self.queues.holds(CONTROL):
             self._throttled = False
             assert self.throttle is not None
             self.throttle.control_drained()
-        return parts
+        return parts, runs
 
     def take(self) -> list[bytes]:
         """Every queued frame's bytes, then the last frame if the connection is closing:

@@ -13,6 +13,8 @@ import time
 
 from tests.conftest import call_in_reactor
 from tests.integration.clients import RawClient, connect, fill, until
+from wiremq.modules.destinations.subscription import Subscription
+from wiremq.modules.message import Message
 
 LATE = 2.0  # how long "nothing more arrives" is watched
 
@@ -130,6 +132,35 @@ def test_a_queue_giving_back_its_live_buffer_keeps_what_was_redelivered(start_se
     time.sleep(LATE)
     flagged = {m.body for m in newcomer_recorder.messages if m.headers.get("redelivered") == "true"}
     assert len(newcomer_recorder.messages) == 10 and flagged == delivered
+
+
+# -- what the socket writer tells a subscription ----------------------------------------------
+
+
+def test_a_subscription_is_told_of_a_delivery_once_its_socket_holds_it(server, monkeypatch):
+    """Told after the send, not before: the bookkeeping of ``written`` (acknowledgement,
+    counts, the journal's record) is not on the path of the client waiting for it."""
+    consumer = RawClient(server.port)
+    consumer.connect()
+    _raw_subscribed(consumer, "/queue/told", "auto")
+    held_when_told: list[bytes] = []
+    written = Subscription.written
+
+    def telling(subscription: Subscription, messages: list[Message]) -> None:
+        if subscription.destination.name == "/queue/told":
+            consumer.sock.setblocking(False)  # a look, not a wait (reads set a timeout again)
+            try:
+                held = consumer.sock.recv(65536, socket.MSG_PEEK)
+            except BlockingIOError:
+                held = b""
+            held_when_told.append(held)
+        written(subscription, messages)
+
+    monkeypatch.setattr(Subscription, "written", telling)
+    fill(server.port, "/queue/told", ["the body"])
+    assert until(lambda: held_when_told)
+    assert held_when_told[0].startswith(b"MESSAGE\n") and b"the body" in held_when_told[0]
+    assert consumer.next_frame().body == b"the body"
 
 
 # -- deliveries never written go back --------------------------------------------------------
