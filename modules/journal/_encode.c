@@ -968,11 +968,38 @@ index_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-static int
-by_value(const void *a, const void *b)
+#define DIGIT_BITS 11
+#define DIGITS (1 << DIGIT_BITS)
+
+/* Sort ``values`` (``spare``: room for as many) by a least-significant-digit radix sort:
+ * a few linear passes where qsort's comparisons through a callback took a fifth of the
+ * journal thread's time. A pass whose digit is the same in every value is skipped (the
+ * offsets' high bits, within a file of some megabytes). */
+static void
+radix_sort(uint64_t *values, uint64_t *spare, Py_ssize_t count)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    Py_ssize_t counts[DIGITS];
+    uint64_t *from = values, *to = spare;
+    for (int shift = 0; shift < 64; shift += DIGIT_BITS) {
+        memset(counts, 0, sizeof counts);
+        for (Py_ssize_t i = 0; i < count; i++)
+            counts[(from[i] >> shift) & (DIGITS - 1)]++;
+        if (count == 0 || counts[(from[0] >> shift) & (DIGITS - 1)] == count)
+            continue;
+        Py_ssize_t at = 0;
+        for (int d = 0; d < DIGITS; d++) {
+            Py_ssize_t n = counts[d];
+            counts[d] = at;
+            at += n;
+        }
+        for (Py_ssize_t i = 0; i < count; i++)
+            to[counts[(from[i] >> shift) & (DIGITS - 1)]++] = from[i];
+        uint64_t *swap = from;
+        from = to;
+        to = swap;
+    }
+    if (from != values)
+        memcpy(values, from, 8 * count);
 }
 
 static PyObject *
@@ -982,7 +1009,7 @@ sort_index(PyObject *module, PyObject *entries)
     if (PyObject_GetBuffer(entries, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Py_ssize_t count = view.len / 8;
-    uint64_t *values = PyMem_RawMalloc(count ? 8 * count : 1);
+    uint64_t *values = PyMem_RawMalloc(count ? 16 * count : 1); /* and the sort's spare */
     if (values == NULL) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
@@ -995,7 +1022,7 @@ sort_index(PyObject *module, PyObject *entries)
             v = (v << 8) | in[8 * i + b];
         values[i] = v;
     }
-    qsort(values, count, sizeof *values, by_value);
+    radix_sort(values, values + count, count);
     for (Py_ssize_t i = 0; i < count; i++) /* back to little-endian bytes, in place */
         put_entry((unsigned char *)&values[i], values[i] & ((1ULL << OFFSET_BITS) - 1),
                   (uint32_t)(values[i] >> OFFSET_BITS));

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
+import struct
 
-from wiremq.modules.journal._encode import index_key, index_lines
+from wiremq.modules.journal._encode import index_key, index_lines, sort_index
 from wiremq.modules.journal.files import JournalFiles
 from wiremq.modules.journal.index import JournalIndex, index_path, writing_index_path
 
@@ -133,3 +135,16 @@ def test_a_file_a_lookup_indexed_while_it_was_being_closed_is_left_as_it_is(tmp_
     assert index_path(written).exists() and not writing_index_path(written).exists()
     files.close()  # its own sorting finds the work done
     assert len(JournalIndex(folder).story("m1").records) == 1
+
+
+def test_sort_index_orders_entries_by_key_then_offset_as_64_bit_numbers():
+    generator = random.Random(27)
+    keys = [generator.getrandbits(24) for _ in range(50)]  # few keys: many share one
+    values = [
+        (generator.choice(keys) << 40) | generator.getrandbits(generator.choice((12, 26, 40)))
+        for _ in range(20_000)
+    ]
+    entries = struct.pack(f"<{len(values)}Q", *values)
+    assert struct.unpack(f"<{len(values)}Q", sort_index(entries)) == tuple(sorted(values))
+    assert sort_index(b"") == b""
+    assert sort_index(struct.pack("<Q", 1 << 63)) == struct.pack("<Q", 1 << 63)
