@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from unittest.mock import patch
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -235,6 +236,15 @@ def test_a_message_tail_decodes_to_its_headers(version, data):
             expected.setdefault(name, value)
     expected.setdefault("content-length", str(len(body)))
     assert frame == Frame("MESSAGE", expected, body)
+
+
+@pytest.mark.parametrize("size", [0, 1, 9, 10, 99, 100, 65_536, 1_000_003])
+def test_the_c_message_tail_states_the_body_size_of_any_number_of_digits(size):
+    body = b"b" * size
+    args = ("id-1", "/queue/a", {}, frozenset(), body, False)
+    tail = plain_message_tail(*args)
+    assert tail is not None and tail == escaped_message_tail(*args, "1.2")
+    assert tail.endswith(f"\ncontent-length:{size}\n\n".encode() + body + b"\0")
 
 
 def test_the_coverage_guided_fuzz_target_runs_clean(tmp_path):
