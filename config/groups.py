@@ -32,6 +32,7 @@ class ServerSettings(SettingsGroup):
     logformat: str
     packinterval: float
     recentevents: int
+    replypoll: float
     reservedfiledescriptors: int
 
 

@@ -48,6 +48,22 @@ PARAMETERS = [
     ),
     Parameter(
         "Server",
+        "replypoll",
+        float,
+        0.0002,
+        "Longest time the event loop, with nothing else to do, polls for the next request "
+        "instead of sleeping after a socket read whose handling wrote to a client (a "
+        "MESSAGE, a RECEIPT): the client it answered is likely to send again at once, and "
+        "waking a sleeping loop is the dearest step of a round trip on a virtual machine. "
+        "Held off on a busy machine as the polling around the log's syncs is "
+        "(WriteAheadLog.syncpollholdoff, syncpollpressure); 0: it sleeps",
+        unit="s",
+        minimum=0.0,
+        maximum=0.01,
+        live=True,
+    ),
+    Parameter(
+        "Server",
         "recentevents",
         int,
         1000,

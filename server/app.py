@@ -103,8 +103,14 @@ class WiremqServer:
         self.clock: Callable[[], float] = time.monotonic
         self.outbox = Outbox()
         wal = WalSettings.read(settings, "WriteAheadLog")
+        self.server = ServerSettings.read(settings, "Server")
         self.runtime = TwistedRuntime(
-            reactor, self.outbox, wal.syncpoll, wal.syncpollholdoff, wal.syncpollpressure
+            reactor,
+            self.outbox,
+            wal.syncpoll,
+            wal.syncpollholdoff,
+            wal.syncpollpressure,
+            self.server.replypoll,
         )
         self.connections: set[StompProtocol] = set()
         self.listening: dict[str, IListeningPort] = {}  # by scheme: stomp, stomp+ssl, ws, wss
@@ -112,7 +118,6 @@ class WiremqServer:
         self.store: MessageStore | None = None
         self.core: Core | None = None
         self.cleanups: list[StoreCleanup | Periodic | CatchUp] = []  # periodic tasks
-        self.server = ServerSettings.read(settings, "Server")
         self.listener = ListenerSettings.read(settings, "StompListener")
         self.bounds = ClientBounds.read(settings, "StompListener")
         self.websocket = WebSocketSettings.read(settings, "WebSocketListener")
@@ -136,6 +141,7 @@ class WiremqServer:
         if "Server" in groups:
             server = self.server = ServerSettings.read(self.settings, "Server")
             configure_logging(server.loglevel, server.logformat)
+            self.runtime.reply_poll = server.replypoll
         if "WriteAheadLog" in groups and self.ha is None:  # HA: no local log to poll around
             wal = WalSettings.read(self.settings, "WriteAheadLog")
             self.runtime.sync_poll = wal.syncpoll

@@ -153,7 +153,7 @@ class SyncThreadLogWriter:
         self._thread_held_until = 0.0  # the thread polls after a write from this time on
         self._prepare_held_until = 0.0  # and for a write being made (``prepare``)
         runtime.reactor.addReader(self)
-        self._poller = SyncPoller.install(runtime.reactor)
+        self._poller = runtime.poller
 
     def write(
         self,
@@ -320,14 +320,19 @@ class TwistedRuntime:
         sync_poll: float = 0.0,
         sync_poll_holdoff: float = 0.0,
         sync_poll_pressure: float = 0.0,
+        reply_poll: float = 0.0,
     ) -> None:
         """``sync_poll``: how long the event loop may poll instead of sleeping around the
         log's syncs (``WriteAheadLog.syncpoll``; ``syncpoll.SyncPoller``);
         ``sync_poll_holdoff``: how long a thread whose poll was preempted stops polling
         (``syncpollholdoff``), if the CPU pressure is ``sync_poll_pressure`` or more
-        (``syncpollpressure``; 0: whatever it is); all changeable."""
+        (``syncpollpressure``; 0: whatever it is); ``reply_poll``: how long it may poll
+        after a socket read whose handling wrote to a client (``Server.replypoll``); all
+        changeable."""
         self.reactor = reactor
         self.outbox = outbox
+        self.poller = SyncPoller.install(reactor)  # None: a reactor whose loop always sleeps
+        self.reply_poll = reply_poll
         self.sync_poll = sync_poll
         self.sync_poll_holdoff = sync_poll_holdoff
         self.sync_poll_pressure = sync_poll_pressure
@@ -347,10 +352,15 @@ class TwistedRuntime:
             self.reactor.callLater(0, self._run_soon)
 
     def after_read(self) -> None:
-        """A socket read was handled: run what it asked to run soon, then write."""
+        """A socket read was handled: run what it asked to run soon, then write; if that
+        wrote to a client, poll for a while rather than sleep (``reply_poll``): the client
+        answered is likely to send again at once."""
         self.reading = False
         self._drain_soon()
-        self.outbox.flush()
+        if self.outbox.flush() and self.reply_poll and self.poller is not None:
+            self.poller.poll_from(
+                time.perf_counter(), self.reply_poll, self.sync_poll_holdoff, self.cpu_busy
+            )
 
     def _run_soon(self) -> None:
         self._scheduled = False

@@ -85,16 +85,20 @@ class Outbox:
         """Run ``action`` (once) after the current writes."""
         self.wakeups[action] = None
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Hand every ready egress to its writer, then run the wake-ups, until nothing is
+        left; returns whether any egress was handed over (a client was written to)."""
+        wrote = False
         while True:
             while self.ready:
+                wrote = True
                 ready, self.ready = self.ready, []
                 for egress in ready:
                     egress.queued = False
                     if egress.writer is not None:
                         egress.writer.drain(egress)
             if not self.wakeups:
-                return
+                return wrote
             wakeups, self.wakeups = self.wakeups, {}
             for action in wakeups:
                 action()

@@ -21,7 +21,8 @@ from twisted.internet import defer, error
 
 from tests.conftest import call_in_reactor
 from tests.defaults import SETTINGS
-from wiremq.config.groups import WalSettings
+from tests.integration.clients import RawClient, until
+from wiremq.config.groups import ServerSettings, WalSettings
 from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.syncpoll import PRESSURE, SyncPoller, busy, cpu_pressure
@@ -265,6 +266,42 @@ def test_the_servers_window_is_the_parameter_and_changes_at_run_time(console) ->
     assert server.runtime.sync_poll == 0.0
     api.set_parameter("WriteAheadLog.syncpoll", 0.002)
     assert server.runtime.sync_poll == 0.002
+
+
+def test_a_read_that_wrote_to_a_client_has_the_loop_poll_for_the_next_request(
+    start_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start_server(**{"Server.replypoll": "0.005"})
+    poller = server.runtime.poller
+    windows: list[float] = []
+    poll_from = poller.poll_from
+
+    def noting(start: float, window: float, holdoff: float, busy: Any) -> None:
+        windows.append(window)
+        poll_from(start, window, holdoff, busy)
+
+    monkeypatch.setattr(poller, "poll_from", noting)
+    client = RawClient(server.port)
+    client.connect()  # CONNECTED was written (the window follows the write)
+    assert until(lambda: windows == [0.005])
+    client.send(b"SEND\ndestination:/queue/unread\n\nno reply\0")  # nothing written
+    held = server.core.volatile.counter("/queue/unread")
+    # a call from another thread runs after the event being handled: the read is done
+    assert until(lambda: call_in_reactor(server.reactor, lambda: held.messages) == 1)
+    assert windows == [0.005]
+    client.send(b"SEND\ndestination:/queue/unread\nreceipt:r\n\nreplied\0")
+    assert client.next_frame().command == "RECEIPT"
+    assert until(lambda: windows == [0.005, 0.005])
+
+
+def test_the_servers_reply_window_is_the_parameter_and_changes_at_run_time(console) -> None:
+    server, api = console
+    default = ServerSettings.read(SETTINGS, "Server").replypoll
+    assert default > 0 and server.runtime.reply_poll == default
+    api.set_parameter("Server.replypoll", 0.0)
+    assert server.runtime.reply_poll == 0.0
+    api.set_parameter("Server.replypoll", 0.001)
+    assert server.runtime.reply_poll == 0.001
 
 
 @pytest.fixture
