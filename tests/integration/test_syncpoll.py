@@ -22,7 +22,7 @@ from twisted.internet import defer, error
 from tests.conftest import call_in_reactor
 from tests.defaults import SETTINGS
 from tests.integration.clients import RawClient, until
-from wiremq.config.groups import ServerSettings, WalSettings
+from wiremq.config.groups import WalSettings
 from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
 from wiremq.server.syncpoll import PRESSURE, SyncPoller, busy, cpu_pressure
@@ -258,14 +258,20 @@ def test_a_sync_slower_than_the_polling_time_is_not_polled_for_the_next(
     assert second == 0.0
 
 
-def test_the_servers_window_is_the_parameter_and_changes_at_run_time(console) -> None:
+@pytest.mark.parametrize(
+    ("parameter", "window"),
+    [("WriteAheadLog.syncpoll", "sync_poll"), ("Server.replypoll", "reply_poll")],
+)
+def test_the_servers_window_is_the_parameter_and_changes_at_run_time(
+    console, parameter: str, window: str
+) -> None:
     server, api = console
-    default = WalSettings.read(SETTINGS, "WriteAheadLog").syncpoll
-    assert default > 0 and server.runtime.sync_poll == default
-    api.set_parameter("WriteAheadLog.syncpoll", 0.0)
-    assert server.runtime.sync_poll == 0.0
-    api.set_parameter("WriteAheadLog.syncpoll", 0.002)
-    assert server.runtime.sync_poll == 0.002
+    default = SETTINGS.get(*parameter.split("."))
+    assert default > 0 and getattr(server.runtime, window) == default
+    api.set_parameter(parameter, 0.0)
+    assert getattr(server.runtime, window) == 0.0
+    api.set_parameter(parameter, 0.002)
+    assert getattr(server.runtime, window) == 0.002
 
 
 def test_a_read_that_wrote_to_a_client_has_the_loop_poll_for_the_next_request(
@@ -292,16 +298,6 @@ def test_a_read_that_wrote_to_a_client_has_the_loop_poll_for_the_next_request(
     client.send(b"SEND\ndestination:/queue/unread\nreceipt:r\n\nreplied\0")
     assert client.next_frame().command == "RECEIPT"
     assert until(lambda: windows == [0.005, 0.005])
-
-
-def test_the_servers_reply_window_is_the_parameter_and_changes_at_run_time(console) -> None:
-    server, api = console
-    default = ServerSettings.read(SETTINGS, "Server").replypoll
-    assert default > 0 and server.runtime.reply_poll == default
-    api.set_parameter("Server.replypoll", 0.0)
-    assert server.runtime.reply_poll == 0.0
-    api.set_parameter("Server.replypoll", 0.001)
-    assert server.runtime.reply_poll == 0.001
 
 
 @pytest.fixture
