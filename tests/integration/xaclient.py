@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 import stomp
+import stomp.exception
 from stomp.utils import Frame
 
 from tests.integration.clients import TIMEOUT
@@ -96,11 +97,12 @@ class XAResource(stomp.ConnectionListener):
 
     def close(self) -> None:
         """DISCONNECT, unless the server ended the connection after an ERROR: stomp.py may
-        not have seen that close yet, and its DISCONNECT then meets a closed socket."""
+        not have seen that close yet, and its DISCONNECT then meets a closed socket (or, had its
+        receiver thread just seen it, stomp.py's NotConnectedException)."""
         if not self.connection.is_connected():
             return
         try:
             self.connection.disconnect()
-        except OSError:
+        except (OSError, stomp.exception.NotConnectedException):
             if not self.errors:
                 raise
