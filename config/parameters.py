@@ -614,8 +614,8 @@ PARAMETERS += [
         "syncpollpressure",
         float,
         30.0,
-        "CPU pressure (the share of the last ten seconds in which some task waited for a "
-        "CPU, Linux's /proc/pressure/cpu) from which a poll the scheduler cut short holds "
+        "CPU pressure (the share of the last second or so in which some task waited for "
+        "a CPU, from Linux's /proc/pressure/cpu) from which a poll the scheduler cut short holds "
         "polling off (syncpollholdoff); below it the cut is taken for a passing wake-up "
         "and the event loop, and the sync thread waiting for a record being made, go on "
         "polling (the thread's polls after a write stop at any cut; 0, or where the "

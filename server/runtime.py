@@ -24,7 +24,7 @@ from zope.interface import implementer
 from wiremq.modules.client.egress import Outbox
 from wiremq.modules.runtime import Answer, Answers
 from wiremq.server._syncthread import SyncThread
-from wiremq.server.syncpoll import SyncPoller, busy, cpu_pressure
+from wiremq.server.syncpoll import CpuPressure, SyncPoller, busy
 
 log = structlog.get_logger("wiremq.server")
 
@@ -153,7 +153,6 @@ class SyncThreadLogWriter:
         self._thread_held_until = 0.0  # the thread polls after a write from this time on
         self._prepare_held_until = 0.0  # and for a write being made (``prepare``)
         runtime.reactor.addReader(self)
-        self._poller = runtime.poller
 
     def write(
         self,
@@ -192,10 +191,8 @@ class SyncThreadLogWriter:
 
     def _poll_from(self, start: float) -> None:
         """Have the event loop poll rather than sleep for ``sync_poll`` past ``start``."""
-        limit = self.runtime.sync_poll
-        if self._poller is not None and limit:
-            runtime = self.runtime
-            self._poller.poll_from(start, limit, runtime.sync_poll_holdoff, runtime.cpu_busy)
+        if self.runtime.sync_poll:
+            self.runtime.poll_from(start, self.runtime.sync_poll)
 
     def _thread_poll(self, now: float, made: bool) -> float:
         """How long the sync thread may poll for its next write: ``sync_poll``, or 0 while
@@ -336,7 +333,7 @@ class TwistedRuntime:
         self.sync_poll = sync_poll
         self.sync_poll_holdoff = sync_poll_holdoff
         self.sync_poll_pressure = sync_poll_pressure
-        self.cpu_pressure: Callable[[], float | None] = cpu_pressure  # where it is read
+        self.cpu_pressure = CpuPressure()  # read at a preempted poll (``cpu_busy``)
         self.workers: dict[str, ThreadWorker] = {}
         self.shared: dict[str, str] = {}  # a worker's name -> the worker that runs its calls
         self._soon: deque[Callable[[], None]] = deque()
@@ -357,10 +354,16 @@ class TwistedRuntime:
         answered is likely to send again at once."""
         self.reading = False
         self._drain_soon()
-        if self.outbox.flush() and self.reply_poll and self.poller is not None:
-            self.poller.poll_from(
-                time.perf_counter(), self.reply_poll, self.sync_poll_holdoff, self.cpu_busy
-            )
+        if self.outbox.flush() and self.reply_poll:
+            self.poll_from(time.perf_counter(), self.reply_poll)
+
+    def poll_from(self, start: float, window: float) -> None:
+        """Have the event loop poll rather than sleep for ``window`` seconds past ``start``
+        (``time.perf_counter``; ``SyncPoller.poll_from``), the CPU pressure keeping a
+        recent reading for a poll the scheduler cuts short (``CpuPressure.keep``)."""
+        if self.poller is not None:
+            self.cpu_pressure.keep(start)
+            self.poller.poll_from(start, window, self.sync_poll_holdoff, self.cpu_busy)
 
     def _run_soon(self) -> None:
         self._scheduled = False

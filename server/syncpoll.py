@@ -46,12 +46,14 @@ to 80 polls, busy machine or not, so that half a second of holding off after
 each left it polling in 2-3 % of the turns it could (bench/README.md,
 "Polling on a quiet machine"). What tells the two machines apart is how
 long tasks wait for a CPU: Linux's CPU pressure (``/proc/pressure/cpu``,
-the share of the last ten seconds in which some task waited) was 10-19 % on
-the quiet machine running the benchmark and 50-76 % with two busy loops
-beside it. So a cut holds the loop's polling off only while the pressure is
+the share of time in which some task waited) was 10-19 % on the quiet
+machine running the benchmark and 50-76 % with two busy loops beside it. So a
+cut holds the loop's polling off only while the pressure is
 ``Runtime.sync_poll_pressure`` or more (``busy``); where the kernel does not
-report it, every cut does, as before. The same holds for the sync thread's
-polls for a record being made (``prepare``: it comes within microseconds);
+report it, every cut does, as before. The pressure is that of the last second
+or so (``CpuPressure``), not the kernel's ten-second average, which stays
+high for seconds after a busy spell has ended. The same holds for the sync
+thread's polls for a record being made (``prepare``: it comes within microseconds);
 its polls after a write, for a record that may not come while the producers
 it answered want the CPU, stop at any cut (``SyncThreadLogWriter._thread_poll``;
 with those polls kept up on a quiet machine, 8 producers made a tenth less).
@@ -82,6 +84,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -93,19 +96,71 @@ log = structlog.get_logger("wiremq.server")
 PRESSURE = "/proc/pressure/cpu"
 
 
-def cpu_pressure(path: str = PRESSURE) -> float | None:
-    """The share (percent) of the last ten seconds in which some task waited for a CPU
-    (the ``some avg10`` of Linux's pressure stall information); None where the kernel
-    does not report it."""
+def pressure_reading(path: str = PRESSURE) -> tuple[float, int] | None:
+    """The ``some`` line of Linux's pressure stall information for the CPU: its ten-second
+    average (percent) and its running total of stalled microseconds; None where the
+    kernel does not report it."""
     try:
         with open(path, "rb") as file:
             fields = file.readline().split()
-        return float(fields[1].partition(b"=")[2])
+        return float(fields[1].partition(b"=")[2]), int(fields[4].partition(b"=")[2])
     except (OSError, IndexError, ValueError):
         return None
 
 
-def busy(threshold: float, pressure: Callable[[], float | None] = cpu_pressure) -> bool:
+class CpuPressure:
+    """The CPU pressure (percent) now: the share of the last second or so in which some
+    task waited for a CPU, from the kernel's running total of stalled time and a reading
+    of it kept from ``shortest`` to ``longest`` seconds ago; the kernel's ten-second
+    average where no reading that old is kept; None where the kernel does not report it.
+
+    The ten-second average lags: after a busy spell it stays over the threshold for ten
+    seconds and more, and every preempted poll of a machine gone quiet then holds
+    polling off (bench/README.md, "The CPU pressure of the last second"). So readings
+    are kept: each one taken here, and one every ``period`` at most while the loop is
+    told to poll (``keep``: a comparison a message, a read of the file twice a second).
+    The spans are the method's, not tunables: a cut while the loop polls finds a
+    reading at most ``period`` old to compare with; under ``shortest`` too little time
+    has passed to tell; past ``longest`` a reading tells of another spell."""
+
+    shortest = 0.25  # seconds
+    longest = 2.0
+    period = 0.5
+
+    def __init__(
+        self, path: str = PRESSURE, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.path = path
+        self.clock = clock
+        self.readings: deque[tuple[float, int]] = deque(maxlen=2)  # (time, stalled µs)
+        self._next_keep = 0.0
+
+    def keep(self, now: float) -> None:
+        """Keep a reading taken ``now`` (``clock`` time), unless one was kept within
+        ``period``."""
+        if now >= self._next_keep:
+            self._next_keep = now + self.period
+            reading = pressure_reading(self.path)
+            if reading is not None:
+                self.readings.append((now, reading[1]))
+
+    def __call__(self) -> float | None:
+        now = self.clock()
+        reading = pressure_reading(self.path)
+        if reading is None:
+            self.readings.clear()
+            return None
+        average, total = reading
+        since = next(
+            (kept for kept in reversed(self.readings) if now - kept[0] >= self.shortest), None
+        )
+        self.readings.append((now, total))
+        if since is None or now - since[0] > self.longest:
+            return average
+        return min(100.0, max(0.0, (total - since[1]) / ((now - since[0]) * 1e4)))
+
+
+def busy(threshold: float, pressure: Callable[[], float | None]) -> bool:
     """Whether a poll the scheduler cut short tells of a CPU busy with other work, so that
     polling is held off: the CPU pressure is ``threshold`` or more, or is not known; at a
     threshold of 0, always (the pressure is not read)."""

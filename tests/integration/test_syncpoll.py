@@ -25,7 +25,7 @@ from tests.integration.clients import RawClient, until
 from wiremq.config.groups import WalSettings
 from wiremq.modules.client.egress import Outbox
 from wiremq.server.runtime import TwistedRuntime
-from wiremq.server.syncpoll import PRESSURE, SyncPoller, busy, cpu_pressure
+from wiremq.server.syncpoll import PRESSURE, CpuPressure, SyncPoller, busy, pressure_reading
 
 
 def BUSY() -> bool:  # noqa: N802 - a constant rule: every preempted poll holds off
@@ -363,6 +363,20 @@ def test_the_hold_off_ends(pipe_poller) -> None:
     assert poller.until == later + 1.0
 
 
+class FixedPressure(CpuPressure):
+    """A CPU pressure that is what the test says; ``read`` notes each reading."""
+
+    def __init__(self, level: float | None, read: list[float | None] | None = None) -> None:
+        super().__init__()
+        self.level = level
+        self.read = read
+
+    def __call__(self) -> float | None:
+        assert self.read is not None, "the pressure is not read"
+        self.read.append(self.level)
+        return self.level
+
+
 @pytest.mark.parametrize(
     ("pressure", "after_preemption"),
     [
@@ -388,14 +402,9 @@ def test_a_preempted_poll_of_the_sync_thread_holds_its_polling_off(
         sync_poll_holdoff=60.0,
         sync_poll_pressure=0.0 if pressure is None else 30.0,
     )
-    read: list[float] = []
-
-    def pressure_now() -> float:
-        assert pressure is not None, "at a threshold of 0 the pressure is not read"
-        read.append(pressure)
-        return pressure
-
-    runtime.cpu_pressure = pressure_now
+    read: list[float | None] = []
+    # at a threshold of 0 the pressure is not read
+    runtime.cpu_pressure = FixedPressure(pressure, None if pressure is None else read)
     polls: list[tuple[float, float]] = []
 
     def write() -> defer.Deferred[None]:
@@ -484,21 +493,58 @@ def test_the_sync_thread_does_not_poll_after_a_write_it_answers(
     assert recording[0].polls == [0.25, 0.0]
 
 
+PSI = (
+    "some avg10=42.50 avg60=11.18 avg300=13.60 total={total}\n"
+    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+)
+
+
 def test_the_cpu_pressure_is_read_from_the_kernels_pressure_file(tmp_path: Path) -> None:
     psi = tmp_path / "cpu"
-    psi.write_text(
-        "some avg10=42.50 avg60=11.18 avg300=13.60 total=20676568125\n"
-        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-    )
-    assert cpu_pressure(str(psi)) == 42.5
+    psi.write_text(PSI.format(total=20676568125))
+    assert pressure_reading(str(psi)) == (42.5, 20676568125)
     psi.write_text("nonsense\n")
-    assert cpu_pressure(str(psi)) is None
-    assert cpu_pressure(str(tmp_path / "absent")) is None
-    here = cpu_pressure()  # this machine's, where the kernel reports it
+    assert pressure_reading(str(psi)) is None
+    assert pressure_reading(str(tmp_path / "absent")) is None
+    here = CpuPressure()()  # this machine's, where the kernel reports it
     if os.path.exists(PRESSURE):
         assert here is not None and 0.0 <= here <= 100.0
     else:
         assert here is None
+
+
+def test_the_cpu_pressure_is_the_share_stalled_since_a_kept_reading(tmp_path: Path) -> None:
+    """Against the latest reading kept ``shortest`` to ``longest`` ago, the stalled share of
+    the time between (the running total is in µs); with none, the ten-second average.
+    Each answer's reading is kept; ``keep`` keeps one at most every ``period``."""
+    psi = tmp_path / "cpu"
+    now = [100.0]
+    pressure = CpuPressure(str(psi), clock=lambda: now[0])
+    assert (pressure.shortest, pressure.longest, pressure.period) == (0.25, 2.0, 0.5)
+    psi.write_text(PSI.format(total=1_000_000))
+    assert pressure() == 42.5  # nothing kept to compare with
+    now[0] += 1.0
+    psi.write_text(PSI.format(total=1_100_000))  # 0.1 s stalled in 1 s
+    assert pressure() == pytest.approx(10.0)
+    now[0] += 0.1
+    psi.write_text(PSI.format(total=1_165_000))
+    assert pressure() == pytest.approx(15.0), "the reading before, 1.1 s ago"
+    now[0] += 0.3
+    psi.write_text(PSI.format(total=1_225_000))
+    assert pressure() == pytest.approx(20.0), "the one 0.3 s ago (0.06 s stalled)"
+    now[0] += 3.0
+    psi.write_text(PSI.format(total=9_000_000))
+    assert pressure() == 42.5, "what is kept is too old: the ten-second average"
+    pressure.keep(now[0] + 0.5)
+    pressure.keep(now[0] + 0.9)  # within the period of the last: not kept
+    now[0] += 1.0
+    psi.write_text(PSI.format(total=9_250_000))
+    assert pressure() == pytest.approx(50.0), "0.25 s stalled in the 0.5 s since keep"
+    psi.write_text("nonsense\n")
+    assert pressure() is None
+    now[0] += 1.0
+    psi.write_text(PSI.format(total=9_500_000))
+    assert pressure() == 42.5, "after a failed reading, nothing kept"
 
 
 def test_a_preemption_holds_polling_off_at_or_over_the_pressure_or_when_it_is_unknown() -> None:
@@ -517,7 +563,7 @@ def test_the_servers_pressure_is_the_parameter_and_changes_at_run_time(console) 
     server, api = console
     default = WalSettings.read(SETTINGS, "WriteAheadLog").syncpollpressure
     assert 0 < default < 100 and server.runtime.sync_poll_pressure == default
-    server.runtime.cpu_pressure = lambda: default - 1.0
+    server.runtime.cpu_pressure = FixedPressure(default - 1.0, [])
     assert not server.runtime.cpu_busy()
     api.set_parameter("WriteAheadLog.syncpollpressure", default - 1.0)
     assert server.runtime.sync_poll_pressure == default - 1.0
