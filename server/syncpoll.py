@@ -140,24 +140,30 @@ class CpuPressure:
         ``period``."""
         if now >= self._next_keep:
             self._next_keep = now + self.period
-            reading = pressure_reading(self.path)
-            if reading is not None:
-                self.readings.append((now, reading[1]))
+            self._take(now)
 
     def __call__(self) -> float | None:
         now = self.clock()
-        reading = pressure_reading(self.path)
-        if reading is None:
-            self.readings.clear()
-            return None
-        average, total = reading
         since = next(
             (kept for kept in reversed(self.readings) if now - kept[0] >= self.shortest), None
         )
-        self.readings.append((now, total))
+        reading = self._take(now)
+        if reading is None:
+            return None
+        average, total = reading
         if since is None or now - since[0] > self.longest:
             return average
         return min(100.0, max(0.0, (total - since[1]) / ((now - since[0]) * 1e4)))
+
+    def _take(self, now: float) -> tuple[float, int] | None:
+        """Read the kernel's figures and keep the total as of ``now``; None (and nothing
+        kept any more) where it does not report them."""
+        reading = pressure_reading(self.path)
+        if reading is None:
+            self.readings.clear()
+        else:
+            self.readings.append((now, reading[1]))
+        return reading
 
 
 def busy(threshold: float, pressure: Callable[[], float | None]) -> bool:
