@@ -66,18 +66,29 @@ def listening(address: tuple[str, int]) -> bool:
     return True
 
 
-def start_relay(port: int) -> subprocess.Popen[bytes]:
-    relay = subprocess.Popen(
-        [sys.executable, str(PEERS / "ceiling_relay.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def start_listener(command: list[str], port: int, what: str) -> subprocess.Popen[bytes]:
+    """Start ``command`` (a server on loopback ``port``) and wait until it accepts."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
         if listening(("127.0.0.1", port)):
-            return relay
+            return process
         time.sleep(0.1)
-    relay.kill()
-    raise SystemExit("the ceiling relay did not start")
+    process.kill()
+    raise SystemExit(f"{what} did not start")
+
+
+def start_relay(port: int) -> subprocess.Popen[bytes]:
+    """The bare Twisted relay: the floor of a non-persistent round trip and its CPU."""
+    command = [sys.executable, str(PEERS / "ceiling_relay.py"), "--port", str(port)]
+    return start_listener(command, port, "the ceiling relay")
+
+
+def start_floor(port: int, file: Path) -> subprocess.Popen[bytes]:
+    """``sync_floor.py``, syncing into ``file``: the floor of a producer waiting on each
+    persistent receipt (no broker, one sync)."""
+    floor = Path(__file__).with_name("sync_floor.py")
+    command = [sys.executable, str(floor), "--port", str(port), "--file", str(file)]
+    return start_listener(command, port, "the sync floor")
 
 
 PERSISTENT = {  # name -> (producers, receipt every, receipts in flight, messages)

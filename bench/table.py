@@ -18,7 +18,11 @@ its target. The load comes from the peers' own load generator
   1 producer waiting on every receipt, 8 such producers, 1 producer with a
   receipt on every 100th SEND and 4 in flight: fill msgs/s over the best
   peer's (RabbitMQ included);
-- server CPU per queued message (the 128 B queue row): wiremq's over the relay's.
+- server CPU per queued message (the 128 B queue row): wiremq's over the relay's;
+- the lone persistent producer's fill against the sync floor's
+  (``sync_floor.py``: a blocking thread that syncs each SEND inline and
+  answers it, no broker, its file beside the server's data): wiremq's share
+  of what the machine's disk allows in that run, and the best peer's.
 
 Each (row, broker) is first probed and its message count set so a run lasts
 about ``--target-seconds``; one ``wiremq serve`` (fresh data folder) serves a
@@ -38,12 +42,23 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peers import ACTIVEMQ, PEERS, RABBITMQ, listening, number, start_relay, stompbench, sync_rate
+from peers import (
+    ACTIVEMQ,
+    PEERS,
+    RABBITMQ,
+    listening,
+    number,
+    start_floor,
+    start_relay,
+    stompbench,
+    sync_rate,
+)
 from server_proc import ManagedServer, free_port
 
 SELECTOR = "region = 'EU' AND price > 100"
@@ -132,7 +147,7 @@ ROWS = [
         "persistent, 1 producer waiting on every receipt",
         "persist-1p",
         1.5,
-        ("wiremq", "amq", "rabbit"),
+        ("wiremq", "amq", "rabbit", "floor"),
     ),
     Row(
         "persist-8p", "persistent, 8 such producers", "persist-8p", 2.0, ("wiremq", "amq", "rabbit")
@@ -145,6 +160,7 @@ ROWS = [
         ("wiremq", "amq", "rabbit"),
     ),
 ]
+FLOORS = ("relay", "floor")  # no broker beats them: never the best peer
 ROUND_TRIP_TO_RELAY = 1.15  # wiremq's p50 over the relay's, at most
 CPU_TO_RELAY = 1.5  # wiremq's server CPU per queued message over the relay's, at most
 
@@ -281,7 +297,7 @@ class Table:
                 peers = {
                     label: self.value(row.workload, label)
                     for label in row.brokers
-                    if label not in ("wiremq", "relay")
+                    if label not in ("wiremq", *FLOORS)
                 }
                 known = {k: v for k, v in peers.items() if v}
                 pick = min if row.workload == "roundtrip" else max
@@ -306,6 +322,20 @@ class Table:
                         ours / relay if ours and relay else None,
                         ROUND_TRIP_TO_RELAY,
                         True,
+                    )
+                )
+            floor = self.value(row.workload, "floor") if "floor" in row.brokers else None
+            if floor and not latency:
+                shares = f"wiremq {number(ours / floor, 2)}" if ours else "wiremq -"
+                if theirs:
+                    shares += f", {who} {theirs / floor:.2f}"
+                lines.append(
+                    (
+                        f"{row.title}, ours / the sync floor's",
+                        f"floor {number(floor)} /s; / floor: {shares}",
+                        ours / floor if ours else None,
+                        None,
+                        False,
                     )
                 )
             if row.workload == "queue-128" and "relay" in self.brokers:
@@ -365,8 +395,7 @@ def main() -> int:
     wiremq = shutil.which("wiremq", path=str(Path(sys.executable).parent))
     assert wiremq is not None, "run with the project's .venv/bin/python"
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    relay_port = free_port("127.0.0.1")
-    relay = start_relay(relay_port) if "relay" in wanted else None
+    helpers: list[subprocess.Popen[bytes]] = []  # the relay, the sync floor
     outcomes: list[list[tuple[str, str, float | None, float | None, bool]]] = []
     try:
         with ManagedServer(wiremq, args.set) as server:
@@ -375,8 +404,14 @@ def main() -> int:
                 "amq": Broker("amq", ACTIVEMQ[1]),
                 "rabbit": Broker("rabbit", RABBITMQ[1], tuple(RABBIT_LOGIN)),
             }
-            if relay is not None:
-                brokers["relay"] = Broker("relay", relay_port, ("--broker-pid", str(relay.pid)))
+            if "relay" in wanted:
+                port = free_port("127.0.0.1")
+                helpers.append(start_relay(port))
+                brokers["relay"] = Broker("relay", port, ("--broker-pid", str(helpers[-1].pid)))
+            if "floor" in wanted:  # its file on the disk the server's data is on
+                port = free_port("127.0.0.1")
+                helpers.append(start_floor(port, server.workdir / "sync-floor.log"))
+                brokers["floor"] = Broker("floor", port)
             brokers = {k: v for k, v in brokers.items() if k in wanted}
             table = Table(brokers, rows, args)
             print(
@@ -398,9 +433,9 @@ def main() -> int:
                     )
                 print(flush=True)
     finally:
-        if relay is not None:
-            relay.kill()
-            relay.wait()
+        for helper in helpers:
+            helper.kill()
+            helper.wait()
     print(f"ratios over {len(outcomes)} runs (medians of {args.repeats} each):")
     print("| scenario | ratio, range over runs | target | every run |")
     print("|---|---|---|---|")
