@@ -406,8 +406,9 @@ def main() -> int:
             }
             if "relay" in wanted:
                 port = free_port("127.0.0.1")
-                helpers.append(start_relay(port))
-                brokers["relay"] = Broker("relay", port, ("--broker-pid", str(helpers[-1].pid)))
+                relay = start_relay(port)
+                helpers.append(relay)
+                brokers["relay"] = Broker("relay", port, ("--broker-pid", str(relay.pid)))
             if "floor" in wanted:  # its file on the disk the server's data is on
                 port = free_port("127.0.0.1")
                 helpers.append(start_floor(port, server.workdir / "sync-floor.log"))
