@@ -222,10 +222,14 @@ class Message:
     @property
     def stored_size(self) -> int:
         """Bytes the message takes in a persistent store (``StoredMessage.size``)."""
-        if self._stored_size < 0:
-            headers = sum(len(k) + len(v) + 2 for k, v in self.user_headers)
-            self._stored_size = len(self.body) + headers
-        return self._stored_size
+        size = self._stored_size
+        if size < 0:
+            size = len(self.body)
+            for name, value in self.headers.items():
+                if name not in FRAME_ONLY_HEADERS:
+                    size += len(name) + len(value) + 2
+            self._stored_size = size
+        return size
 
     def to_stored(self, now_ms: int) -> StoredMessage:
         """The message as a persistent store keeps it."""
@@ -234,9 +238,9 @@ class Message:
             self.destination,
             tuple(self.user_headers),
             self.body,
-            priority=self.priority,
-            expires=self.expires,
-            timestamp=self.timestamp or now_ms,
+            self.priority,
+            self.expires,
+            self.timestamp or now_ms,
         )
 
     @property

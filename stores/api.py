@@ -10,6 +10,12 @@ and an expired message be moved to a dead message queue without a moment in
 which it is in neither place. When ``commit`` returns, its transactions are
 durable (a receipt may be sent).
 
+The records handed in and out on every commit (``StoreTransaction``,
+``Committed``, ``records.StoredMessage``) are never changed once made, but are
+not ``frozen`` dataclasses: a frozen one's ``__init__`` sets each field through
+``object.__setattr__``, three to five times the cost of a plain one, paid on
+every persistent message's way in and every commit (bench/README.md).
+
 Threads: ``commit`` (or its steps, ``begin`` to ``finish``) is called by one
 thread at a time (the server's event loop; ``write`` and ``take_back`` on a
 worker); ``read``, ``expired``, ``catch_up`` and ``pack`` by one other thread at a
@@ -34,7 +40,7 @@ Position = tuple[str, int]  # (destination, sequence number in its log)
 Match = Callable[[StoredMessage], bool]  # which stored messages a read returns
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoreTransaction:
     """What one unit of work changes in the stores.
 
@@ -96,7 +102,7 @@ class StoreTransaction:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Committed:
     """What ``commit`` tells about one transaction.
 
