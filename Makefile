@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 run: $(VENV)/.run-installed
 	$(BIN)/wiremq serve
 
-$(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_syncthread.c modules/journal/_encode.c modules/selector/_number.c
+$(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_syncthread.c modules/journal/_encode.c modules/selector/_number.c modules/_message.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
@@ -22,7 +22,7 @@ $(VENV)/.run-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_sy
 # installed when missing, or a clear error.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := flock /tmp/wiremq-apt.lock sh -c
-$(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_syncthread.c modules/journal/_encode.c modules/selector/_number.c
+$(VENV)/.dev-installed: pyproject.toml setup.py modules/stomp/_fast.c server/_syncthread.c modules/journal/_encode.c modules/selector/_number.c modules/_message.c
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; \

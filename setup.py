@@ -1,7 +1,7 @@
 """The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c), the
 thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c),
-the audit journal's encoder (modules/journal/_encode.c) and a selector's numbers
-(modules/selector/_number.c).
+the audit journal's encoder (modules/journal/_encode.c), a selector's numbers
+(modules/selector/_number.c) and how a Message is made (modules/_message.c).
 
 Everything else is in pyproject.toml.
 """
@@ -18,6 +18,7 @@ setup(
             ("wiremq.server._syncthread", "server/_syncthread.c"),
             ("wiremq.modules.journal._encode", "modules/journal/_encode.c"),
             ("wiremq.modules.selector._number", "modules/selector/_number.c"),
+            ("wiremq.modules._message", "modules/_message.c"),
         )
     ]
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from wiremq.modules._message import bind as bind_message
 from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tail
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
@@ -108,7 +109,31 @@ class Message:
     which gives it a headers dict of its own).
     """
 
-    # Set by its queue when it needs them (queue.py, levels.py), not in __init__.
+    # Made in C (``modules/_message.c``, bound below): ``Message(message_id, destination,
+    # headers, body, sender=None, waiter=None, expires=0, timestamp=0)`` sets each of these
+    # as its comment says.
+    message_id: str
+    destination: str
+    headers: dict[str, str]  # as sent, including the frame-only ones
+    body: bytes
+    persistent: bool  # its ``persistent`` header is "true"
+    expires: int  # ms since the epoch; 0 = never
+    store_seq: int  # position in its persistent store, once stored (0 until then)
+    arrival: int  # order of arrival in its queue, across delivery modes (0 until then)
+    egress_queue: EgressQueue  # delivered through: G-1 if persistent, else D-<cos> (D-1)
+    _stored_size: int  # ``stored_size`` once worked out (-1 until then)
+    transaction: str | None  # its ``transaction`` header
+    receipt: str | None  # its ``receipt`` header
+    answered: bool  # its receipt went with its store commit (``early_answers``; False)
+    sender: Sender | None  # None: the server's own (given back, moved, read back)
+    waiter: MessageWaiter | None  # told when the pipeline is done with it; None once told
+    target: Target | None  # resolved by admission (its destination; None until then)
+    size: int  # the body's length
+    redelivered: bool  # False
+    unit: CommittedUnit | None  # the committed transaction it belongs to (None)
+    wire: Mapping[str, bytes]  # its tail by STOMP version, once encoded (NO_TAILS)
+    timestamp: int  # when the server received it (ms since the epoch)
+    # Set by its queue when it needs them (queue.py, levels.py), not when made.
     level: int
     group: str | None
     home: object
@@ -135,50 +160,24 @@ class Message:
         "unit",
         "wire",
         "timestamp",
-        # set by its queue when it needs them (see queue.py and levels.py), not before:
-        "level",  # its priority, where it waits
-        "group",  # its message group (JMSXGroupID), if any
-        "home",  # the list it waits in
+        "level",
+        "group",
+        "home",
     )
 
-    def __init__(
-        self,
-        message_id: str,
-        destination: str,
-        headers: dict[str, str],
-        body: bytes,
-        sender: Sender | None = None,
-        waiter: MessageWaiter | None = None,
-        expires: int = 0,
-        timestamp: int = 0,
-    ) -> None:
-        self.message_id = message_id
-        self.destination = destination
-        self.headers = headers  # as sent, including the frame-only ones
-        self.body = body
-        self.persistent = persistent = headers.get("persistent") == "true"
-        self.expires = expires  # ms since the epoch; 0 = never
-        self.store_seq = 0  # position in its persistent store, once stored
-        self.arrival = 0  # order of arrival in its queue, across delivery modes
-        self._stored_size = -1
-        # The client egress queue it is delivered through: G-1 if persistent, else D-<cos>.
-        if persistent:
-            self.egress_queue = _G1
-        elif CLASS_OF_SERVICE in headers:
-            self.egress_queue = BY_CLASS_OF_SERVICE.get(headers[CLASS_OF_SERVICE], _D1)
-        else:
-            self.egress_queue = _D1
-        self.receipt = headers.get("receipt")
-        self.answered = False  # its receipt went with its store commit (``early_answers``)
-        self.transaction = headers.get("transaction")
-        self.sender = sender  # None: the server's own (given back, moved, read back)
-        self.waiter = waiter  # told when the pipeline is done with it; None once told
-        self.target: Target | None = None  # resolved by admission (its destination)
-        self.size = len(body)
-        self.redelivered = False
-        self.unit: CommittedUnit | None = None  # the committed transaction it belongs to
-        self.wire: Mapping[str, bytes] = NO_TAILS  # its tail by STOMP version, once encoded
-        self.timestamp = timestamp  # when the server received it (ms since the epoch)
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            message_id: str,
+            destination: str,
+            headers: dict[str, str],
+            body: bytes,
+            sender: Sender | None = None,
+            waiter: MessageWaiter | None = None,
+            expires: int = 0,
+            timestamp: int = 0,
+        ) -> None: ...
 
     @property
     def user_headers(self) -> list[tuple[str, str]]:
@@ -308,6 +307,8 @@ class Message:
     def __repr__(self) -> str:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"
 
+
+bind_message(Message, _G1, _D1, BY_CLASS_OF_SERVICE, NO_TAILS)
 
 # Messages travel the pipelines in batches (the SENDs of one read from a socket, say).
 Batch = list[Message]

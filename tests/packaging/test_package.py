@@ -24,6 +24,7 @@ C_PARTS = (
     "server/_syncthread",
     "modules/journal/_encode",
     "modules/selector/_number",
+    "modules/_message",
 )
 UNIT = ROOT / "packaging" / "wiremq.service"
 EXPOSURE_AT_MOST = 2.0  # systemd-analyze security: 0 (sandboxed) .. 10 (exposed)

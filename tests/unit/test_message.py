@@ -1,10 +1,17 @@
-"""A message read back from a store (``Message.from_stored``) is the one that was sent: its
-delivery mode from its headers, its timestamp and expiry as they were."""
+"""How a message is made (in C, ``modules/_message.c``): every field from its arguments and
+headers as ``message.py`` documents them; and a message read back from a store
+(``Message.from_stored``) is the one that was sent: its delivery mode from its headers, its
+timestamp and expiry as they were."""
 
 from __future__ import annotations
 
+import gc
+import sys
+
+import pytest
+
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.message import Message
+from wiremq.modules.message import NO_TAILS, Message
 
 RECEIVED = 1_700_000_000_123  # ms since 1970
 
@@ -13,6 +20,89 @@ def _sent(headers: dict[str, str]) -> Message:
     message = Message("m-1", "/queue/q", headers, b"body", expires=RECEIVED + 60_000)
     message.timestamp = RECEIVED
     return message
+
+
+def test_a_new_message_takes_its_mode_queue_receipt_and_transaction_from_its_headers():
+    sender, waiter = object(), object()
+    headers = {"persistent": "true", "receipt": "r-7", "transaction": "tx", "x": "y"}
+    message = Message("m-1", "/queue/q", headers, b"12345", sender, waiter, 9, RECEIVED)  # type: ignore[arg-type]
+    assert (message.message_id, message.destination, message.body) == ("m-1", "/queue/q", b"12345")
+    assert message.headers is headers
+    assert message.persistent is True
+    assert message.egress_queue is EgressQueue.G1
+    assert (message.receipt, message.transaction) == ("r-7", "tx")
+    assert (message.sender, message.waiter) == (sender, waiter)
+    assert (message.expires, message.timestamp, message.size) == (9, RECEIVED, 5)
+    # as a message that has been nowhere yet
+    user_headers = len("persistent:true") + 1 + len("x:y") + 1  # as ``StoredMessage.size``
+    assert (message.store_seq, message.arrival, message.stored_size) == (0, 0, 5 + user_headers)
+    assert (message.answered, message.redelivered) == (False, False)
+    assert (message.target, message.unit) == (None, None)
+    assert message.wire is NO_TAILS
+    for unset in ("level", "group", "home"):  # a queue sets them
+        assert not hasattr(message, unset)
+    assert gc.is_tracked(message)
+
+
+@pytest.mark.parametrize(
+    ("headers", "queue"),
+    [
+        ({}, EgressQueue.D1),
+        ({"persistent": "false", "class-of-service": "2"}, EgressQueue.D2),
+        ({"class-of-service": "3"}, EgressQueue.D3),
+        ({"class-of-service": "9"}, EgressQueue.D1),  # not a class of service: the default
+        ({"persistent": "true", "class-of-service": "3"}, EgressQueue.G1),
+    ],
+)
+def test_a_message_goes_out_through_the_egress_queue_of_its_mode_and_class_of_service(
+    headers: dict[str, str], queue: EgressQueue
+) -> None:
+    message = Message("m-1", "/topic/t", headers, b"")
+    assert message.egress_queue is queue
+    assert message.persistent is (headers.get("persistent") == "true")
+    assert (message.receipt, message.transaction, message.sender, message.waiter) == (None,) * 4
+    assert (message.expires, message.timestamp) == (0, 0)
+
+
+def test_a_message_is_made_by_keyword_and_through_new_the_same_way():
+    by_keyword = Message(
+        body=b"b", headers={"receipt": "r"}, destination="/queue/q", message_id="m", timestamp=4
+    )
+    through_new = Message.__new__(Message, "m", "/queue/q", {"receipt": "r"}, b"b", timestamp=4)
+    for message in (by_keyword, through_new):
+        assert (message.message_id, message.receipt, message.timestamp, message.size) == (
+            "m",
+            "r",
+            4,
+            1,
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        (("m", "/queue/q", {}), {}, "missing argument body"),
+        (("m", "/queue/q", [("a", "b")], b""), {}, "headers are a dict"),
+        (("m", "/queue/q", {}, b""), {"colour": "red"}, "unexpected or repeated argument 'colour'"),
+        (("m", "/queue/q", {}, b""), {"body": b"again"}, "unexpected or repeated argument 'body'"),
+        (("m", "/queue/q", {}, b"", None, None, 0, 0, "extra"), {}, "at most 8 arguments"),
+        (("m", "/queue/q", {}, 5), {}, "has no len"),
+    ],
+)
+def test_a_message_made_wrongly_is_a_type_error_that_says_why(
+    args: tuple[object, ...], kwargs: dict[str, object], error: str
+) -> None:
+    with pytest.raises(TypeError, match=error):
+        Message(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_making_a_message_keeps_no_reference_it_should_not():
+    headers, body = {"receipt": "r"}, b"x" * 64
+    before = sys.getrefcount(headers), sys.getrefcount(body)
+    messages = [Message("m", "/queue/q", headers, body) for _ in range(100)]
+    assert sys.getrefcount(headers) == before[0] + 100
+    del messages
+    assert (sys.getrefcount(headers), sys.getrefcount(body)) == before
 
 
 def test_a_stored_persistent_message_comes_back_persistent_at_its_position():
