@@ -176,6 +176,9 @@ class ClientConnection:
         sender = core.sender
         new_message = self.services.ids.message
         now_ms = self.services.runtime.now_ms()  # when these messages were received
+        # The decoder hands the same str for a destination repeated in one read (its C
+        # scan keeps recent texts), so a run of SENDs asks for its domain once.
+        last_destination, domain = None, None
         for index, event in enumerate(events):
             kind = type(event)
             if kind is Acknowledge:
@@ -185,7 +188,8 @@ class ClientConnection:
                 continue
             if kind is Send:
                 destination, headers, body = event
-                domain = domain_of(destination)
+                if destination is not last_destination:
+                    last_destination, domain = destination, domain_of(destination)
                 if domain is not None:
                     if domain != self._sends_domain or self._acks:
                         self._submit()

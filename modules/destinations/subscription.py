@@ -445,8 +445,13 @@ class Subscription:
             self.acknowledged += len(messages)
             self.destination.count("acknowledged", messages)
             self.inflight_messages -= len(messages)
-            self.inflight_bytes -= sum(m.size for m in messages)
-            stored = [m for m in messages if m.store_seq]
+            nbytes = 0
+            stored: list[Message] = []
+            for message in messages:  # one loop, not a sum and a list over generators
+                nbytes += message.size
+                if message.store_seq:
+                    stored.append(message)
+            self.inflight_bytes -= nbytes
             if stored:
                 persistence = self.destination.services.persistence
                 assert persistence is not None
