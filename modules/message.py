@@ -34,12 +34,9 @@ MAX_PRIORITY = 9
 DELIVERY_COUNT = "x-delivery-count"  # on a redelivery: how many deliveries came before
 # The egress queue of a non-persistent message, by its class-of-service header.
 BY_CLASS_OF_SERVICE = {"1": EgressQueue.D1, "2": EgressQueue.D2, "3": EgressQueue.D3}
-# Enum members read once: reading one from its class costs as much as building a message.
-_G1 = EgressQueue.G1
 # A message's wire tails before any is encoded (``Message.wire``): shared, so never changed
 # (a Mapping to the type checker; ``wire_tail`` makes a new dict to add one).
 NO_TAILS: Mapping[str, bytes] = {}
-_D1 = EgressQueue.D1
 
 
 def priority_of(text: str) -> int:
@@ -308,7 +305,7 @@ class Message:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"
 
 
-bind_message(Message, _G1, _D1, BY_CLASS_OF_SERVICE, NO_TAILS)
+bind_message(Message, EgressQueue.G1, EgressQueue.D1, BY_CLASS_OF_SERVICE, NO_TAILS)
 
 # Messages travel the pipelines in batches (the SENDs of one read from a socket, say).
 Batch = list[Message]
