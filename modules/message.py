@@ -176,34 +176,15 @@ class Message:
             timestamp: int = 0,
         ) -> None: ...
 
+        def wire_tail(self, stomp_version: str) -> bytes:
+            """The MESSAGE frame after its subscription/ack lines, escaped for
+            ``stomp_version``: encoded once per version and kept in ``wire`` (made in C,
+            ``_message.c``)."""
+
     @property
     def user_headers(self) -> list[tuple[str, str]]:
         """Headers passed on to consumers."""
         return [(k, v) for k, v in self.headers.items() if k not in FRAME_ONLY_HEADERS]
-
-    def wire_tail(self, stomp_version: str) -> bytes:
-        """The MESSAGE frame after its subscription/ack lines, escaped for ``stomp_version``."""
-        cached = self.wire.get(stomp_version)
-        if cached is None:
-            cached = plain_message_tail(
-                self.message_id,
-                self.destination,
-                self.headers,
-                FRAME_ONLY_HEADERS,
-                self.body,
-                self.redelivered,
-            ) or escaped_message_tail(
-                self.message_id,
-                self.destination,
-                self.headers,
-                FRAME_ONLY_HEADERS,
-                self.body,
-                self.redelivered,
-                stomp_version,
-            )
-            wire = self.wire  # NO_TAILS stays empty: a new dict
-            self.wire = {**wire, stomp_version: cached} if wire else {stomp_version: cached}
-        return cached
 
     def own_tail(self, stomp_version: str) -> bytes:
         """``wire_tail`` for one delivery alone, not kept with the message: a large
@@ -305,7 +286,16 @@ class Message:
         return f"<Message {self.message_id} to {self.destination} ({self.size} B)>"
 
 
-bind_message(Message, EgressQueue.G1, EgressQueue.D1, BY_CLASS_OF_SERVICE, NO_TAILS)
+bind_message(
+    Message,
+    EgressQueue.G1,
+    EgressQueue.D1,
+    BY_CLASS_OF_SERVICE,
+    NO_TAILS,
+    plain_message_tail,
+    escaped_message_tail,
+    FRAME_ONLY_HEADERS,
+)
 
 # Messages travel the pipelines in batches (the SENDs of one read from a socket, say).
 Batch = list[Message]

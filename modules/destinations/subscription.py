@@ -350,8 +350,8 @@ class Subscription:
             if size > large:
                 self.pool.take(self.destination)
                 tail = message.own_tail(version)
-            else:  # encoded once for every subscriber (``Message.wire_tail``)
-                tail = message.wire.get(version) or message.wire_tail(version)
+            else:  # encoded once for every subscriber
+                tail = message.wire_tail(version)
             frame_head = head
             if tracked:  # journal records per delivery, or the client acknowledges
                 if record is not None:

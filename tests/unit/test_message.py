@@ -1,5 +1,6 @@
 """How a message is made (in C, ``modules/_message.c``): every field from its arguments and
-headers as ``message.py`` documents them; and a message read back from a store
+headers as ``message.py`` documents them; its MESSAGE frame's tail (in C too), encoded once
+per STOMP version; and a message read back from a store
 (``Message.from_stored``) is the one that was sent: its delivery mode from its headers, its
 timestamp and expiry as they were."""
 
@@ -11,7 +12,8 @@ import sys
 import pytest
 
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.message import NO_TAILS, Message
+from wiremq.modules.message import FRAME_ONLY_HEADERS, NO_TAILS, Message
+from wiremq.modules.stomp.encoder import escaped_message_tail
 
 RECEIVED = 1_700_000_000_123  # ms since 1970
 
@@ -103,6 +105,77 @@ def test_making_a_message_keeps_no_reference_it_should_not():
     assert sys.getrefcount(headers) == before[0] + 100
     del messages
     assert (sys.getrefcount(headers), sys.getrefcount(body)) == before
+
+
+def _tail_args(message: Message) -> tuple[object, ...]:
+    return (
+        message.message_id,
+        message.destination,
+        message.headers,
+        FRAME_ONLY_HEADERS,
+        message.body,
+        message.redelivered,
+    )
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x": "y", "receipt": "r", "content-length": "4"},  # nothing to escape: the C encoder
+        {"x": "a:b\nc\r", "ü": "é"},  # escaped for 1.1 and 1.2: the Python one
+    ],
+)
+def test_a_messages_tail_is_the_encoders_and_is_kept_for_its_version(
+    headers: dict[str, str], version: str
+) -> None:
+    message = Message("m-1", "/queue/q", headers, b"body")
+    tail = message.wire_tail(version)
+    assert tail == escaped_message_tail(*_tail_args(message), version)  # type: ignore[arg-type]
+    assert message.wire == {version: tail}
+    assert message.wire_tail(version) is tail  # kept: encoded once for every subscriber
+    assert tail.startswith(b"message-id:m-1\n") and tail.endswith(b"\n\nbody\0")
+    assert b"receipt:" not in tail  # a SEND's own headers stay behind
+
+
+def test_each_version_gets_its_tail_in_a_dict_of_the_message_s_own():
+    first, second = Message("m-1", "/queue/q", {}, b""), Message("m-2", "/queue/q", {}, b"")
+    tails = {version: first.wire_tail(version) for version in ("1.2", "1.0")}
+    assert first.wire == tails
+    assert NO_TAILS == {}  # shared by every new message: never written to
+    assert second.wire is NO_TAILS
+    first.mark_redelivered()  # a redelivery's tail says so: encoded again
+    assert b"redelivered:true" in first.wire_tail("1.2")
+    assert first.wire_tail("1.0") != tails["1.0"]
+
+
+def test_a_tail_asked_for_wrongly_is_a_type_error():
+    message = Message("m-1", "/queue/q", {}, b"")
+    with pytest.raises(TypeError, match="takes one argument"):
+        message.wire_tail()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Message.wire_tail(object(), "1.2")  # type: ignore[arg-type]
+    message.wire = ()  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="wire tails are a dict"):
+        message.wire_tail("1.2")
+    del message.message_id
+    message.wire = {}
+    with pytest.raises(AttributeError, match="message_id"):
+        message.wire_tail("1.2")
+
+
+def test_a_tail_keeps_no_reference_it_should_not():
+    message = Message("m-1", "/queue/q", {"x": "y"}, b"x" * 64)
+    version = "".join(["1.", "2"])  # a str of its own, to count its references
+    before = sys.getrefcount(version)
+    tail = message.wire_tail(version)
+    assert sys.getrefcount(version) == before + 1  # the key of the message's tails
+    assert sys.getrefcount(tail) == 3  # here, the tails, the call's argument
+    for _ in range(100):
+        message.wire_tail(version)
+    assert (sys.getrefcount(version), sys.getrefcount(tail)) == (before + 1, 3)
+    del message
+    assert sys.getrefcount(version) == before
 
 
 def test_a_stored_persistent_message_comes_back_persistent_at_its_position():
