@@ -37,17 +37,32 @@ class AdmissionModule(PipelineModule):
         resolved: Destination | None = None
         name = ""
         run_sender: Sender | None = None
+        # The destination and sender of the run admitted last: the sender is among its
+        # producers (``_produces``), and its ``maxttl`` is read, once a run.
+        admitted_to: Target | None = None
+        admitted_from: Sender | None = None
+        max_ttl = 0
         for message in batch:
             try:
-                target = message.target
+                target, sender = message.target, message.sender
                 if target is None:
-                    destination, sender = message.destination, message.sender
+                    destination = message.destination
                     if resolved is None or destination != name or sender is not run_sender:
                         resolved = None  # until resolved: a refused name is asked again
                         resolved = self._resolve(destination, sender)
                         name, run_sender = destination, sender
                     target = message.target = resolved
-                self._admit(message, target)
+                if target is not admitted_to or sender is not admitted_from:
+                    admitted_to = None  # until admitted: a refused run is asked again
+                    self._produces(sender, target)
+                    admitted_to, admitted_from = target, sender
+                    max_ttl = target.policy.maxttl
+                headers = message.headers
+                if CLASS_OF_SERVICE in headers or message.transaction is not None:
+                    self._check(message, target)
+                header = headers.get("expires")
+                if header is not None or max_ttl:
+                    self._expire(message, header, max_ttl)
             except Refused as refusal:
                 self.context.refuse(message, refusal)
                 continue
@@ -69,22 +84,26 @@ class AdmissionModule(PipelineModule):
             access.check(CREATE, name)
         return destinations.resolve(name)
 
-    def _admit(self, message: Message, target: Target) -> None:
-        sender = message.sender
+    def _produces(self, sender: Sender | None, target: Target) -> None:
+        """Count ``sender`` among ``target``'s producers (its watermarks may stop it)."""
         if sender is not None and sender.producer not in target.producers:
             if target.policy.shutdown:
                 raise SHUT_DOWN
             target.add_producer(sender.producer)
+
+    def _check(self, message: Message, target: Target) -> None:
+        """Check a message's class of service, and its transaction (if it has one)."""
         headers = message.headers
         if CLASS_OF_SERVICE in headers and headers[CLASS_OF_SERVICE] not in BY_CLASS_OF_SERVICE:
             raise BAD_CLASS_OF_SERVICE
         if message.transaction is not None:
+            sender = message.sender
             owner = sender.transactions if sender is not None else None
             self.context.transactions.check(owner, message.transaction, target.domain)
-        header = headers.get("expires")
-        max_ttl = target.policy.maxttl
-        if header is not None or max_ttl:
-            expires = effective_expiry(header, self.context.runtime.now_ms(), max_ttl)
-            if expires and header != str(expires):
-                headers["expires"] = str(expires)
-            message.expires = expires
+
+    def _expire(self, message: Message, header: str | None, max_ttl: int) -> None:
+        """Set a message's expiry from its ``expires`` header, capped by ``max_ttl``."""
+        expires = effective_expiry(header, self.context.runtime.now_ms(), max_ttl)
+        if expires and header != str(expires):
+            message.headers["expires"] = str(expires)
+        message.expires = expires
