@@ -1,10 +1,14 @@
 /* The codec's fast paths, in C: decoding plain frames, encoding plain MESSAGE tails.
  *
- * scan(buf, pos, frames, frame, max_body, max_headers, max_header_bytes) -> pos
+ * scan(buf, pos, frames, frame, send, max_body, max_headers, max_header_bytes) -> pos
  *
  * Appends frame(command, headers, body) to `frames` for every frame of `buf`
  * from `pos` on that is complete and plain, and returns the position of the
- * first byte it did not take. It stops, leaving the rest to the decoder in
+ * first byte it did not take. With a `send` type (not None), a SEND frame whose
+ * destination header is not empty is appended as send(destination, headers, body)
+ * instead: the session's request, made once (codec.FrameDecoder's ``sends``). Both
+ * are tuple types, made here as tuple.__new__ would, without their Python-level
+ * __new__. It stops, leaving the rest to the decoder in
  * codec.py, at anything it does not handle: an incomplete frame, a carriage
  * return or a backslash in a frame head (line endings and escapes), a head
  * that is not UTF-8, a header line without a colon, too many headers or a
@@ -42,7 +46,7 @@
 #include <Python.h>
 #include <string.h>
 
-static PyObject *content_length_key;
+static PyObject *content_length_key, *destination_key;
 
 /* Short texts seen lately, by a hash of their bytes: header names, and values that repeat
  * from frame to frame (a destination, a content-length, "true"). A frame's texts come from
@@ -177,26 +181,74 @@ content_length(PyObject *headers, Py_ssize_t max_body)
     return length > max_body ? -2 : length;
 }
 
+/* Whether `type` is a type of tuples with no more room than a tuple's (a NamedTuple). */
+static int
+is_tuple_type(PyObject *type)
+{
+    return PyType_Check(type) && PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
+           && ((PyTypeObject *)type)->tp_basicsize == PyTuple_Type.tp_basicsize
+           && ((PyTypeObject *)type)->tp_itemsize == PyTuple_Type.tp_itemsize;
+}
+
+/* A new instance of the tuple type `type` holding a, b, c (references stolen, also on
+ * failure): allocated at its size and filled, as tuple.__new__(type, (a, b, c)) makes
+ * it, without the two tuples that call needs. */
+static PyObject *
+triple(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *made = type->tp_alloc(type, 3);
+    if (made == NULL) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(made, 0, a);
+    PyTuple_SET_ITEM(made, 1, b);
+    PyTuple_SET_ITEM(made, 2, c);
+    return made;
+}
+
+/* The destination of a SEND frame `command` with `headers`, if `send` is a type to decode
+ * it to and the destination is not empty (a new reference); NULL otherwise, and NULL with
+ * an exception set on an error. */
+static PyObject *
+send_destination(PyObject *send, PyObject *command, PyObject *headers)
+{
+    if (send == Py_None || PyUnicode_GET_LENGTH(command) != 4 || !PyUnicode_IS_ASCII(command)
+        || memcmp(PyUnicode_DATA(command), "SEND", 4) != 0) {
+        return NULL;
+    }
+    PyObject *destination = PyDict_GetItemWithError(headers, destination_key);
+    if (destination == NULL || !PyUnicode_Check(destination)
+        || PyUnicode_GET_LENGTH(destination) == 0) {
+        return NULL;
+    }
+    return Py_NewRef(destination);
+}
+
 static PyObject *
 scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "scan() takes 7 arguments");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes 8 arguments");
         return NULL;
     }
     PyObject *data = args[0];
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     PyObject *frames = args[2];
     PyObject *frame_type = args[3];
-    Py_ssize_t max_body = PyLong_AsSsize_t(args[4]);
-    Py_ssize_t max_headers = PyLong_AsSsize_t(args[5]);
-    Py_ssize_t max_header_bytes = PyLong_AsSsize_t(args[6]);
+    PyObject *send_type = args[4];
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t max_headers = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t max_header_bytes = PyLong_AsSsize_t(args[7]);
     if (PyErr_Occurred()) {
         return NULL;
     }
-    if (!PyBytes_Check(data) || !PyList_Check(frames) || !PyType_Check(frame_type)
-        || !PyType_IsSubtype((PyTypeObject *)frame_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "scan() needs bytes, a list and a tuple type");
+    if (!PyBytes_Check(data) || !PyList_Check(frames) || !is_tuple_type(frame_type)
+        || (send_type != Py_None && !is_tuple_type(send_type))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan() needs bytes, a list, a tuple type and a tuple type or None");
         return NULL;
     }
     const char *buf = PyBytes_AS_STRING(data);
@@ -270,21 +322,20 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(headers);
             return NULL;
         }
-        /* tuple.__new__(frame, ...): the NamedTuple without its Python-level __new__ */
-        PyObject *items = PyTuple_Pack(3, command, headers, body);
-        Py_DECREF(command);
-        Py_DECREF(headers);
-        Py_DECREF(body);
-        if (items == NULL) {
+        PyObject *frame, *destination = send_destination(send_type, command, headers);
+        if (destination != NULL) {
+            Py_DECREF(command);
+            frame = triple((PyTypeObject *)send_type, destination, headers, body);
+        }
+        else if (PyErr_Occurred()) {
+            Py_DECREF(command);
+            Py_DECREF(headers);
+            Py_DECREF(body);
             return NULL;
         }
-        PyObject *new_args = PyTuple_Pack(1, items);
-        Py_DECREF(items);
-        if (new_args == NULL) {
-            return NULL;
+        else {
+            frame = triple((PyTypeObject *)frame_type, command, headers, body);
         }
-        PyObject *frame = PyTuple_Type.tp_new((PyTypeObject *)frame_type, new_args, NULL);
-        Py_DECREF(new_args);
         if (frame == NULL || PyList_Append(frames, frame) < 0) {
             Py_XDECREF(frame);
             return NULL;
@@ -630,7 +681,8 @@ PyMODINIT_FUNC
 PyInit__fast(void)
 {
     content_length_key = PyUnicode_InternFromString("content-length");
-    if (content_length_key == NULL) {
+    destination_key = PyUnicode_InternFromString("destination");
+    if (content_length_key == NULL || destination_key == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

@@ -6,16 +6,21 @@ has already searched, so a large body arriving in many small pieces costs
 linear time. Plain, complete frames (no CR or backslash in the head, nothing
 near a limit) are decoded by the C fast path of ``_fast.c``; everything else,
 every error included, by the Python code here, which is the definition of
-what a frame is.
+what a frame is. For the session, a SEND with a destination comes out as its
+request (``events.Send``), so that the frame the server reads most is made once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from wiremq.modules.stomp._fast import fill, new_body, scan
+from wiremq.modules.stomp.events import Send
 from wiremq.modules.stomp.frames import Frame, ProtocolError
+
+# What ``FrameDecoder.feed`` returns: frames, and with ``sends`` the SEND requests.
+Decoded: TypeAlias = Frame | Send
 
 # A body declared (content-length) at least this large, and not complete in the bytes
 # at hand, is copied into its bytes object as its pieces arrive: held once, where
@@ -91,8 +96,13 @@ class FrameDecoder:
     body of known length is copied straight into its bytes object instead (``FILL_FROM``).
     """
 
-    def __init__(self, limits: DecoderLimits) -> None:
+    def __init__(self, limits: DecoderLimits, sends: bool = False) -> None:
+        """``sends``: once the version is negotiated, a SEND frame whose destination
+        header is not empty is decoded to the session's request, ``Send(destination,
+        headers, body)``, made once here (in C for a plain frame) instead of a ``Frame``
+        the session would turn into one."""
         self.limits = limits
+        self._send: type[Send] | None = Send if sends else None
         self.version: str | None = None
         self._chunks: list[bytes] = []
         self.buffered = 0  # bytes held for a frame not yet complete (a field: read per read)
@@ -133,11 +143,11 @@ class FrameDecoder:
         else:
             self.refused_rest = max(0, rest - len(data))
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes) -> list[Decoded]:
         """Add bytes and return the frames they complete, in order."""
         if self.error is not None:
             raise self.error
-        frames: list[Frame] = []
+        frames: list[Decoded] = []
         try:
             self._decode(data, frames)
         except ProtocolError as error:
@@ -147,7 +157,7 @@ class FrameDecoder:
         self.completed += len(frames)
         return frames
 
-    def _decode(self, data: bytes, frames: list[Frame]) -> None:
+    def _decode(self, data: bytes, frames: list[Decoded]) -> None:
         if self._body is not None:
             rest = self._fill_body(data, frames)
             if rest is None:
@@ -178,6 +188,7 @@ class FrameDecoder:
                     pos,
                     frames,
                     Frame,
+                    self._send,
                     limits.max_body_bytes,
                     limits.max_headers,
                     limits.max_header_bytes,
@@ -221,7 +232,7 @@ class FrameDecoder:
                     break
                 self._check_body_size(body_end - pending.body_start, 0)
             body = buf[pending.body_start : body_end]
-            frames.append(Frame(pending.command, pending.headers, body))
+            frames.append(self._decoded(pending.command, pending.headers, body))
             pos = body_end + 1
             self._pending = None
             self._scanned = 0
@@ -230,6 +241,15 @@ class FrameDecoder:
                 break
         if pos < end or self.buffered or self._scanned:  # else nothing is held, nothing kept
             self._keep_tail(buf, pos, end)
+
+    def _decoded(self, command: str, headers: dict[str, str], body: bytes) -> Decoded:
+        """A frame the C scan left, as the scan would have decoded it (a SEND before the
+        version is negotiated stays a frame: the session answers it as not a CONNECT)."""
+        if self._send is not None and command == "SEND" and self.version is not None:
+            destination = headers.get("destination")
+            if destination:
+                return self._send(destination, headers, body)
+        return Frame(command, headers, body)
 
     def _start_body(self, pending: _PendingFrame, buf: bytes, pos: int, end: int) -> None:
         """Make the pending frame (from ``pos``) a body and copy into it what ``buf`` holds
@@ -243,7 +263,7 @@ class FrameDecoder:
         self._scanned = 0
         self._needed = 0
 
-    def _fill_body(self, data: bytes, frames: list[Frame]) -> bytes | None:
+    def _fill_body(self, data: bytes, frames: list[Decoded]) -> bytes | None:
         """Copy ``data`` into the body being filled; once it is full and its NUL has come,
         the frame is done and the bytes after it are returned (None: not done yet)."""
         body = self._body
@@ -258,7 +278,7 @@ class FrameDecoder:
             raise ProtocolError(
                 "malformed frame", "body is not followed by NUL at its content-length"
             )
-        frames.append(Frame(pending.command, pending.headers, body))
+        frames.append(self._decoded(pending.command, pending.headers, body))
         self._body = None
         self._pending = None
         self._filled = self.buffered = 0

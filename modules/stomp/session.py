@@ -87,7 +87,7 @@ class StompSession:
     def __init__(self, settings: SessionSettings, session_id: str, now: float) -> None:
         self.settings = settings
         self.session_id = session_id
-        self.decoder = FrameDecoder(settings.limits)
+        self.decoder = FrameDecoder(settings.limits, sends=True)
         self.version: str | None = None  # None until CONNECT was read
         self.reading = True  # False after DISCONNECT or bad input: nothing more is read
         self.closed = False  # an ERROR was sent: nothing more is sent
@@ -143,12 +143,10 @@ class StompSession:
             for frame in frames:
                 if not self.reading:
                     break
-                command, headers, body = frame
-                if command == "SEND":  # most frames: _send inlined
-                    destination = headers.get("destination")
-                    if destination:
-                        append(_new(Send, (destination, headers, body)))
-                        continue
+                if type(frame) is Send:  # most frames: decoded to the request
+                    append(frame)
+                    continue
+                command = frame.command
                 action = requests.get(command)
                 if action is None:
                     raise _unknown_command(command)
@@ -259,10 +257,9 @@ class StompSession:
         return Connect(frame.headers)
 
     def _send(self, frame: Frame) -> Send:
-        destination = frame.headers.get("destination")
-        if not destination:
-            raise _missing(frame, "destination")
-        return _new(Send, (destination, frame.headers, frame.body))
+        """A SEND the decoder left a frame: it has no destination (the decoder makes every
+        other SEND the request itself, ``FrameDecoder``'s ``sends``)."""
+        raise _missing(frame, "destination")
 
     def _subscribe(self, frame: Frame) -> Subscribe:
         destination = _require(frame, "destination")

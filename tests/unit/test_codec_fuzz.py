@@ -14,6 +14,7 @@ from tests.defaults import LIMITS, decoder
 from wiremq.modules.stomp import codec
 from wiremq.modules.stomp.codec import DecoderLimits, FrameDecoder, escape
 from wiremq.modules.stomp.encoder import encode_frame, escaped_message_tail, plain_message_tail
+from wiremq.modules.stomp.events import Send
 from wiremq.modules.stomp.frames import Frame, ProtocolError
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -157,14 +158,17 @@ def test_arbitrary_bytes_raise_nothing_but_protocol_error(data, cuts, version, l
         assert error.message
 
 
-def _outcome(data: bytes, cuts: list[int], version: str, limits: DecoderLimits):
-    """Every frame decoded and the error (message, detail) the stream ends in, if any."""
-    decoder = FrameDecoder(limits)
+def _outcome(
+    data: bytes, cuts: list[int], version: str, limits: DecoderLimits, sends: bool = False
+):
+    """Every frame decoded (with its type: a Frame, or with ``sends`` a Send request) and
+    the error (message, detail) the stream ends in, if any."""
+    decoder = FrameDecoder(limits, sends)
     decoder.version = version
-    decoded: list[Frame] = []
+    decoded: list[tuple[type, tuple]] = []
     try:
         for piece in chunked(data, cuts):
-            decoded += decoder.feed(piece)
+            decoded += [(type(frame), frame) for frame in decoder.feed(piece)]
     except ProtocolError as error:
         return decoded, (error.message, error.detail)
     error = decoder.error  # met behind good frames: kept, raised by the next feed
@@ -185,26 +189,55 @@ def _outcome(data: bytes, cuts: list[int], version: str, limits: DecoderLimits):
         max_headers=st.integers(1, 8),
         max_header_bytes=st.integers(1, 64),
     ),
+    sends=st.booleans(),
 )
-@example(data=b"SEND\na:b\n\nxy\0MESSAGE\n\n\0", cuts=[], version="1.2", limits=LIMITS)
-def test_the_c_fast_path_decodes_exactly_as_the_python_decoder(data, cuts, version, limits):
-    """With the fast path of _scan.c and without it, the same frames and the same error."""
-    with_c = _outcome(data, cuts, version, limits)
+@example(data=b"SEND\na:b\n\nxy\0MESSAGE\n\n\0", cuts=[], version="1.2", limits=LIMITS, sends=False)
+@example(
+    data=b"SEND\ndestination:/q\n\nxy\0SEND\ndestination:\n\n\0SEND\r\ndestination:/q\r\n\r\n\0",
+    cuts=[],
+    version="1.2",
+    limits=LIMITS,
+    sends=True,
+)
+def test_the_c_fast_path_decodes_exactly_as_the_python_decoder(data, cuts, version, limits, sends):
+    """With the fast path of _fast.c and without it, the same frames (of the same types)
+    and the same error."""
+    with_c = _outcome(data, cuts, version, limits, sends)
     with patch.object(codec, "scan", lambda buf, pos, *rest: pos):
-        python_only = _outcome(data, cuts, version, limits)
+        python_only = _outcome(data, cuts, version, limits, sends)
     assert with_c == python_only
 
 
 def test_the_c_fast_path_takes_plain_frames():
     frames: list[Frame] = []
     wire = b"\nSEND\ndestination:/queue/a\ncontent-length:2\n\nhi\0MESSAGE\nx:\xc3\xa9\n\n\0"
-    end = codec.scan(wire, 0, frames, Frame, 100, 10, 100)
+    end = codec.scan(wire, 0, frames, Frame, None, 100, 10, 100)
     assert end == len(wire)
     assert frames == [
         Frame("SEND", {"destination": "/queue/a", "content-length": "2"}, b"hi"),
         Frame("MESSAGE", {"x": "é"}, b""),
     ]
-    assert codec.scan(b"SEND\na\\cb:1\n\n\0", 0, [], Frame, 100, 10, 100) == 0  # an escape
+    assert codec.scan(b"SEND\na\\cb:1\n\n\0", 0, [], Frame, None, 100, 10, 100) == 0  # escape
+
+
+def test_the_c_fast_path_makes_a_send_with_a_destination_the_request():
+    decoded: list[tuple] = []
+    wire = (
+        b"SEND\ndestination:/queue/a\nx:y\n\nhi\0"
+        + b"SEND\nx:y\n\n\0"  # no destination: a frame, which the session refuses
+        + b"SEND\ndestination:\n\n\0"  # an empty one: the same
+        + b"SENDS\ndestination:/queue/a\n\n\0"  # not a SEND
+    )
+    assert codec.scan(wire, 0, decoded, Frame, Send, 100, 10, 100) == len(wire)
+    assert [(type(item), item) for item in decoded] == [
+        (Send, Send("/queue/a", {"destination": "/queue/a", "x": "y"}, b"hi")),
+        (Frame, Frame("SEND", {"x": "y"}, b"")),
+        (Frame, Frame("SEND", {"destination": ""}, b"")),
+        (Frame, Frame("SENDS", {"destination": "/queue/a"}, b"")),
+    ]
+    for send in (dict, list, "Send"):  # made as a tuple of three, or not at all
+        with pytest.raises(TypeError, match="tuple type or None"):
+            codec.scan(wire, 0, [], Frame, send, 100, 10, 100)
 
 
 @FUZZ
@@ -297,8 +330,9 @@ def test_frames_at_the_limits_decode_however_they_are_split(version, cuts):
     expected = [frame for _, frame in encoded]
     limits = _tight_limits(wires, expected)
     data = b"".join(wires)
-    assert _outcome(data, [], version, limits) == (expected, 0)
-    assert _outcome(data, cuts, version, limits) == (expected, 0)
+    decoded = [(Frame, frame) for frame in expected]
+    assert _outcome(data, [], version, limits) == (decoded, 0)
+    assert _outcome(data, cuts, version, limits) == (decoded, 0)
 
 
 @FUZZ
