@@ -1,7 +1,7 @@
 """The compiled parts of wiremq: the codec's fast paths (modules/stomp/_fast.c), the
 thread that writes and syncs the write-ahead log without the GIL (server/_syncthread.c),
 the audit journal's encoder (modules/journal/_encode.c), a selector's numbers
-(modules/selector/_number.c) and how a Message is made (modules/_message.c).
+(modules/selector/_number.c) and how a Message is made and numbered (modules/_message.c).
 
 Everything else is in pyproject.toml.
 """
