@@ -362,7 +362,7 @@ class Subscription:
                     if suffix is not None:
                         frame_head = head + ack_line(message.message_id, suffix)
             units = (len(frame_head) + len(tail) + 2047) >> 11 or 1  # as ``new_entry`` says
-            entries.append(make((frame_head, tail, self, units, message)))
+            entries.append(make(frame_head, tail, self, units, message))
             burst -= 1
             work_left -= units
             inflight_messages += 1

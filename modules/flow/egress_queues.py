@@ -35,11 +35,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from wiremq.config.groups import EgressSettings
-from wiremq.modules.stomp._fast import take_frames
+from wiremq.modules.stomp._fast import Maker, take_frames
 
 WORK_UNIT = 2048  # bytes per work unit
 
@@ -113,10 +112,10 @@ class Entry(NamedTuple):
         return len(self.head) + len(self.tail)
 
 
-_tuple_new = tuple.__new__  # an Entry without the NamedTuple's Python-level __new__
-# new_entry((head, tail, owner, work, item)): an Entry made as fast, for ``enqueue_run``;
-# ``work`` is its work units, (len(head) + len(tail) + 2047) >> 11 or 1.
-new_entry = partial(_tuple_new, Entry)
+# new_entry(head, tail, owner, work, item): an Entry made in C, without the NamedTuple's
+# Python-level __new__ (one is made per frame sent); ``work`` is its work units,
+# (len(head) + len(tail) + 2047) >> 11 or 1.
+new_entry = Maker(Entry)
 
 
 class Drained(NamedTuple):
@@ -208,7 +207,7 @@ class EgressQueues:
         ):
             self._discard_for(q, work)
             depth = q.work + work
-        entries.append(_tuple_new(Entry, (head, tail, owner, work, item)))
+        entries.append(new_entry(head, tail, owner, work, item))
         q.work = depth
         if depth > q.hwm:
             q.hwm = depth

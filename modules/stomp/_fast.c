@@ -36,6 +36,14 @@
  * decoder owns the object and hands it out only once it is full, so no one ever
  * sees it change (nor hashes it before).
  *
+ * Maker(cls)(*items) -> cls
+ *
+ * A tuple of the NamedTuple `cls` holding `items`, one for each of its fields (a
+ * TypeError otherwise), made at its size and filled (as
+ * ``triple`` does for the scan): an egress entry is made for every delivery
+ * (flow/egress_queues.py, ``new_entry``), where tuple.__new__(Entry, (...)) makes the
+ * argument tuple too and copies it.
+ *
  * take_frames(entries, taken, size, budget) -> (size, work);  frame_parts(entries, parts)
  *
  * The per-frame steps of writing a client's egress (flow/egress_queues.py, drain, and
@@ -44,6 +52,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <string.h>
 
 static PyObject *content_length_key, *destination_key;
@@ -226,6 +235,79 @@ send_destination(PyObject *send, PyObject *command, PyObject *headers)
     }
     return Py_NewRef(destination);
 }
+
+/* Maker: makes tuples of one NamedTuple type (see the top). */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *made; /* the tuple type it makes */
+    Py_ssize_t size;    /* how many items: its fields */
+    vectorcallfunc vectorcall;
+} Maker;
+
+static PyObject *
+maker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Maker *self = (Maker *)callable;
+    Py_ssize_t count = PyVectorcall_NARGS(nargsf);
+    if (count != self->size || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd positional items", self->made->tp_name,
+                     self->size);
+        return NULL;
+    }
+    PyObject *made = self->made->tp_alloc(self->made, count);
+    if (made == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyTuple_SET_ITEM(made, i, Py_NewRef(args[i]));
+    }
+    return made;
+}
+
+static PyObject *
+maker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *made;
+    static char *keywords[] = {"cls", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", keywords, &made)) {
+        return NULL;
+    }
+    PyObject *fields = is_tuple_type(made) ? PyObject_GetAttrString(made, "_fields") : NULL;
+    if (fields == NULL || !PyTuple_Check(fields)) {
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "Maker(cls): cls is not a NamedTuple");
+        return NULL;
+    }
+    Py_ssize_t size = PyTuple_GET_SIZE(fields);
+    Py_DECREF(fields);
+    Maker *self = (Maker *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->made = (PyTypeObject *)Py_NewRef(made);
+    self->size = size;
+    self->vectorcall = maker_vectorcall;
+    return (PyObject *)self;
+}
+
+static void
+maker_dealloc(Maker *self)
+{
+    Py_DECREF(self->made);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject maker_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wiremq.modules.stomp._fast.Maker",
+    .tp_basicsize = sizeof(Maker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Maker(cls): called with items, a tuple of cls holding them",
+    .tp_new = maker_new,
+    .tp_dealloc = (destructor)maker_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Maker, vectorcall),
+};
 
 static PyObject *
 scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -682,8 +764,13 @@ PyInit__fast(void)
 {
     content_length_key = PyUnicode_InternFromString("content-length");
     destination_key = PyUnicode_InternFromString("destination");
-    if (content_length_key == NULL || destination_key == NULL) {
+    if (content_length_key == NULL || destination_key == NULL || PyType_Ready(&maker_type) < 0) {
         return NULL;
     }
-    return PyModule_Create(&module);
+    PyObject *made = PyModule_Create(&module);
+    if (made == NULL || PyModule_AddObjectRef(made, "Maker", (PyObject *)&maker_type) < 0) {
+        Py_XDECREF(made);
+        return NULL;
+    }
+    return made;
 }

@@ -1,5 +1,6 @@
 """Per-client egress priority queues, drained into a byte-bounded transmit queue."""
 
+import sys
 from collections import deque
 from collections.abc import Callable
 
@@ -15,7 +16,7 @@ from wiremq.modules.flow.egress_queues import (
     new_entry,
 )
 from wiremq.modules.message import Message
-from wiremq.modules.stomp._fast import frame_parts, take_frames
+from wiremq.modules.stomp._fast import Maker, frame_parts, take_frames
 
 C1, D3, D2, D1, G1 = EgressQueue
 DEFAULT_MAX_DEPTH = DEFAULT_LIMITS[0].max_depth
@@ -325,7 +326,7 @@ def _entries(names_and_sizes: list[tuple[str, int]], owner: object = None) -> li
     made = []
     for name, nbytes in names_and_sizes:
         head, tail = frame(name, nbytes)
-        made.append(new_entry((head, tail, owner, (nbytes + 2047) >> 11 or 1, name)))
+        made.append(new_entry(head, tail, owner, (nbytes + 2047) >> 11 or 1, name))
     return made
 
 
@@ -401,3 +402,22 @@ def test_frame_parts_are_heads_and_tails_and_the_owners_runs() -> None:
     assert frame_parts([], parts) == []
     with pytest.raises(TypeError, match="egress entry"):
         frame_parts([("head", "tail")], [])
+
+
+def test_an_entry_is_made_in_c_as_its_named_tuple_makes_it():
+    owner, item = object(), object()
+    before = sys.getrefcount(owner), sys.getrefcount(item)
+    entry = new_entry(b"head", b"tail", owner, 1, item)
+    assert type(entry) is Entry
+    assert entry == Entry(b"head", b"tail", owner, 1, item)  # type: ignore[arg-type]
+    assert (entry.owner, entry.item, entry.nbytes) == (owner, item, 8)
+    assert (sys.getrefcount(owner), sys.getrefcount(item)) == (before[0] + 1, before[1] + 1)
+    del entry
+    assert (sys.getrefcount(owner), sys.getrefcount(item)) == before
+    with pytest.raises(TypeError, match="Entry takes 5 positional items"):
+        new_entry(b"head", b"tail", owner, 1)
+    with pytest.raises(TypeError, match="Entry takes 5 positional items"):
+        new_entry(b"head", b"tail", owner, 1, item=item)
+    for cls in (tuple, dict, "Entry"):
+        with pytest.raises(TypeError, match="not a NamedTuple"):
+            Maker(cls)
