@@ -66,12 +66,15 @@ def test_a_message_goes_out_through_the_egress_queue_of_its_mode_and_class_of_se
     assert (message.expires, message.timestamp) == (0, 0)
 
 
-def test_a_message_is_made_by_keyword_and_through_new_the_same_way():
+def test_a_message_is_made_by_keyword_through_new_and_with_a_tuple_the_same_way():
     by_keyword = Message(
         body=b"b", headers={"receipt": "r"}, destination="/queue/q", message_id="m", timestamp=4
     )
     through_new = Message.__new__(Message, "m", "/queue/q", {"receipt": "r"}, b"b", timestamp=4)
-    for message in (by_keyword, through_new):
+    # with an argument tuple, as type.__call__ hands them (the class's tp_new, not its
+    # vectorcall)
+    with_a_tuple = type.__call__(Message, "m", "/queue/q", {"receipt": "r"}, b"b", timestamp=4)
+    for message in (by_keyword, through_new, with_a_tuple):
         assert (message.message_id, message.receipt, message.timestamp, message.size) == (
             "m",
             "r",
