@@ -26,6 +26,12 @@
  *     encoded (plainly if no header needs escaping) and kept in a new ``wire`` dict
  *     (the one it had may be the shared empty ``no_tails``, or another message's).
  *
+ * passes_through(batch) -> bool
+ *     Whether every message of the list `batch` goes straight through the pipeline's
+ *     transaction and storage steps: none persistent, none transacted, none of a
+ *     committed transaction (``unit``). Those steps then hand the batch on as it is,
+ *     instead of looking at each message in Python (0.13 µs a message, both together).
+ *
  * Numbered(prefix)
  *     Called, the next of the ids prefix + "1", prefix + "2", ... (an ASCII prefix): a
  *     message's id, made for every SEND (``modules/ids.py``). The same ids from Python
@@ -53,11 +59,23 @@ static const char *const SLOTS[] = {
     "unit",       "wire",        "timestamp",
 };
 #define NSLOTS (sizeof SLOTS / sizeof SLOTS[0])
-/* Where `wire_tail` finds what it reads, in SLOTS. */
-enum { MESSAGE_ID = 0, DESTINATION = 1, HEADERS = 2, BODY = 3, REDELIVERED = 17, WIRE = 19 };
+/* Where `wire_tail` and `passes_through` find what they read, in SLOTS. */
+enum {
+    MESSAGE_ID = 0,
+    DESTINATION = 1,
+    HEADERS = 2,
+    BODY = 3,
+    PERSISTENT = 4,
+    TRANSACTION = 10,
+    REDELIVERED = 17,
+    UNIT = 18,
+    WIRE = 19,
+};
 
 static PyTypeObject *message_type; /* the bound class (a strong reference) */
 static Py_ssize_t offsets[NSLOTS];
+/* Slot `index` of `message` (an lvalue): the object, NULL if unset. */
+#define SLOT(message, index) (*(PyObject **)((char *)(message) + offsets[index]))
 static PyObject *persistent_queue, *default_queue, *by_class_of_service, *no_tails;
 static PyObject *plain_tail, *escaped_tail, *frame_only;
 static PyObject *zero, *minus_one;
@@ -252,7 +270,7 @@ make(PyTypeObject *type, PyObject *const *values)
         return NULL;
     }
     for (size_t i = 0; i < NSLOTS; i++) {
-        *(PyObject **)((char *)message + offsets[i]) = Py_NewRef(slots[i]);
+        SLOT(message, i) = Py_NewRef(slots[i]);
     }
     Py_DECREF(length);
     return message;
@@ -262,7 +280,7 @@ make(PyTypeObject *type, PyObject *const *values)
 static PyObject *
 slot(PyObject *message, int index)
 {
-    PyObject *value = *(PyObject **)((char *)message + offsets[index]);
+    PyObject *value = SLOT(message, index);
     if (value == NULL) {
         PyErr_Format(PyExc_AttributeError, "Message has no %s", SLOTS[index]);
     }
@@ -321,8 +339,7 @@ wire_tail(PyObject *message, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(tail);
         return NULL;
     }
-    PyObject **place = (PyObject **)((char *)message + offsets[WIRE]);
-    Py_SETREF(*place, tails);
+    Py_SETREF(SLOT(message, WIRE), tails);
     return tail;
 }
 
@@ -390,6 +407,24 @@ bind(PyObject *module, PyObject *args)
     Py_XSETREF(escaped_tail, Py_NewRef(escaped));
     Py_XSETREF(frame_only, Py_NewRef(only));
     Py_RETURN_NONE;
+}
+
+/* passes_through(batch): see the top. */
+static PyObject *
+passes_through(PyObject *module, PyObject *batch)
+{
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "passes_through(batch): a list of messages");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *message = PyList_GET_ITEM(batch, i);
+        if (Py_TYPE(message) != message_type || SLOT(message, PERSISTENT) != Py_False
+            || SLOT(message, TRANSACTION) != Py_None || SLOT(message, UNIT) != Py_None) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
 }
 
 /* Numbered: a counter that makes ids (see the top). */
@@ -466,6 +501,9 @@ static PyTypeObject numbered_type = {
 };
 
 static PyMethodDef methods[] = {
+    {"passes_through", passes_through, METH_O,
+     "passes_through(batch): whether no message of it is persistent, transacted or of a "
+     "committed transaction (see the module source)"},
     {"new", (PyCFunction)(void (*)(void))new, METH_FASTCALL | METH_KEYWORDS,
      "new(cls, message_id, destination, headers, body, sender=None, waiter=None, "
      "expires=0, timestamp=0): a Message (see the module source)"},

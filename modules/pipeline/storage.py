@@ -24,7 +24,7 @@ import structlog
 from wiremq.config.groups import StoreBufferSettings
 from wiremq.modules.domains import P2P
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import Message
+from wiremq.modules.message import Message, passes_through
 from wiremq.modules.persistence.groupcommit import GroupCommit
 from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule, Terminal
 from wiremq.modules.pipeline.distributing import DistributingModule
@@ -92,6 +92,9 @@ class StorageModule(PipelineModule):
         )
 
     def handle(self, batch: Batch) -> None:
+        if passes_through(batch):  # none persistent: the common batch, checked in C
+            self.downstream.handle(batch)
+            return
         passing: Batch = []
         for message in batch:
             keep = message.persistent and self._keeps(message)

@@ -8,6 +8,7 @@ they go on down the pipeline as one committed unit.
 from __future__ import annotations
 
 from wiremq.modules.errors import Refused
+from wiremq.modules.message import passes_through
 from wiremq.modules.pipeline.chain import Batch, ModuleContext, PipelineModule, complete
 
 
@@ -23,6 +24,9 @@ class TransactionModule(PipelineModule):
         self.manager.modules[context.domain] = self
 
     def handle(self, batch: Batch) -> None:
+        if passes_through(batch):  # none transacted: the common batch, checked in C
+            self.downstream.handle(batch)
+            return
         passing = []
         for message in batch:
             name = message.transaction

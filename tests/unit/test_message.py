@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.message import FRAME_ONLY_HEADERS, NO_TAILS, Message
+from wiremq.modules.message import FRAME_ONLY_HEADERS, NO_TAILS, Message, passes_through
 from wiremq.modules.stomp.encoder import escaped_message_tail
 
 RECEIVED = 1_700_000_000_123  # ms since 1970
@@ -179,6 +179,21 @@ def test_a_tail_keeps_no_reference_it_should_not():
     assert (sys.getrefcount(version), sys.getrefcount(tail)) == (before + 1, 3)
     del message
     assert sys.getrefcount(version) == before
+
+
+def test_a_batch_passes_through_when_no_message_is_persistent_transacted_or_committed():
+    def plain() -> Message:
+        return Message("m", "/queue/q", {}, b"")
+
+    assert passes_through([]) and passes_through([plain(), plain()])
+    persistent = Message("m", "/queue/q", {"persistent": "true"}, b"")
+    transacted = Message("m", "/queue/q", {"transaction": "tx"}, b"")
+    committed = plain()
+    committed.unit = object()  # type: ignore[assignment]
+    for held in (persistent, transacted, committed, "not a message"):
+        assert not passes_through([plain(), held, plain()])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="a list of messages"):
+        passes_through((plain(),))  # type: ignore[arg-type]
 
 
 def test_a_stored_persistent_message_comes_back_persistent_at_its_position():
