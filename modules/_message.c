@@ -32,6 +32,11 @@
  *     committed transaction (``unit``). Those steps then hand the batch on as it is,
  *     instead of looking at each message in Python (0.13 µs a message, both together).
  *
+ * shared_target(batch) -> target | None
+ *     The destination every message of the list `batch` is on its way to (their
+ *     ``target``: the same object), or None if they are not all: the distributing
+ *     step then enqueues the whole batch at once.
+ *
  * Numbered(prefix)
  *     Called, the next of the ids prefix + "1", prefix + "2", ... (an ASCII prefix): a
  *     message's id, made for every SEND (``modules/ids.py``). The same ids from Python
@@ -59,7 +64,7 @@ static const char *const SLOTS[] = {
     "unit",       "wire",        "timestamp",
 };
 #define NSLOTS (sizeof SLOTS / sizeof SLOTS[0])
-/* Where `wire_tail` and `passes_through` find what they read, in SLOTS. */
+/* Where `wire_tail`, `passes_through` and `shared_target` find what they read, in SLOTS. */
 enum {
     MESSAGE_ID = 0,
     DESTINATION = 1,
@@ -67,6 +72,7 @@ enum {
     BODY = 3,
     PERSISTENT = 4,
     TRANSACTION = 10,
+    TARGET = 15,
     REDELIVERED = 17,
     UNIT = 18,
     WIRE = 19,
@@ -427,6 +433,29 @@ passes_through(PyObject *module, PyObject *batch)
     Py_RETURN_TRUE;
 }
 
+/* shared_target(batch): see the top. */
+static PyObject *
+shared_target(PyObject *module, PyObject *batch)
+{
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "shared_target(batch): a list of messages");
+        return NULL;
+    }
+    PyObject *target = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *message = PyList_GET_ITEM(batch, i);
+        if (Py_TYPE(message) != message_type) {
+            Py_RETURN_NONE;
+        }
+        PyObject *its = SLOT(message, TARGET);
+        if (its == NULL || its == Py_None || (target != NULL && its != target)) {
+            Py_RETURN_NONE;
+        }
+        target = its;
+    }
+    return Py_NewRef(target != NULL ? target : Py_None);
+}
+
 /* Numbered: a counter that makes ids (see the top). */
 typedef struct {
     PyObject_HEAD
@@ -501,6 +530,9 @@ static PyTypeObject numbered_type = {
 };
 
 static PyMethodDef methods[] = {
+    {"shared_target", shared_target, METH_O,
+     "shared_target(batch): the target every message of it has, or None (see the module "
+     "source)"},
     {"passes_through", passes_through, METH_O,
      "passes_through(batch): whether no message of it is persistent, transacted or of a "
      "committed transaction (see the module source)"},

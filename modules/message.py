@@ -8,11 +8,12 @@ short head.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules._message import bind as bind_message
 from wiremq.modules._message import passes_through as passes_through
+from wiremq.modules._message import shared_target as shared_target
 from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tail
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
@@ -95,7 +96,7 @@ class Target(Protocol):
     @property
     def removed(self) -> bool: ...
     def add_producer(self, producer: Producer) -> None: ...
-    def enqueue(self, message: Message) -> None: ...
+    def enqueue(self, messages: Sequence[Message]) -> None: ...
     def dispatch(self) -> None: ...
 
 

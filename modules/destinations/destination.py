@@ -222,8 +222,9 @@ class Destination(ABC):
         self.removed = True
 
     @abstractmethod
-    def enqueue(self, message: Message) -> None:
-        """Take a message from the distributing module (delivered by ``dispatch``)."""
+    def enqueue(self, messages: Sequence[Message]) -> None:
+        """Take a run of messages from the distributing module (delivered by
+        ``dispatch``)."""
 
     @abstractmethod
     def dispatch(self) -> None:

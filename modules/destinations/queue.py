@@ -42,7 +42,7 @@ keeps its names here, at the end; the backlog and the sweeps do it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from types import MappingProxyType
 from typing import cast
 
@@ -157,25 +157,27 @@ class Queue(Destination):
 
     # -- arrival ---------------------------------------------------------------------------
 
-    def enqueue(self, message: Message) -> None:
-        self.arrivals = message.arrival = self.arrivals + 1
-        if message.store_seq:
-            if not self.reads.keep_in_memory(message, self.selective_dispatch):
-                return
-        else:
-            counts = self.counts
-            counts.unreported_messages += 1
-            counts.unreported_bytes += message.size
-        headers = message.headers
-        if PRIORITY in headers or GROUP in headers:
-            self._arrive(message)
-        elif self.selective:  # the default level and no group: routed with the next dispatch
-            message.level = JMS_DEFAULT_PRIORITY
-            message.group = None
-            # (made when the queue turned selective: ``_set_selective``)
-            self.selective_dispatch.unrouted.append(message)  # type: ignore[union-attr]
-        else:  # the common case, inlined: nothing but the default level of a plain queue
-            self._plain_level.append(message)
+    def enqueue(self, messages: Sequence[Message]) -> None:
+        counts = self.counts
+        plain = self._plain_level
+        for message in messages:
+            self.arrivals = message.arrival = self.arrivals + 1
+            if message.store_seq:
+                if not self.reads.keep_in_memory(message, self.selective_dispatch):
+                    continue
+            else:
+                counts.unreported_messages += 1
+                counts.unreported_bytes += message.size
+            headers = message.headers
+            if PRIORITY in headers or GROUP in headers:
+                self._arrive(message)
+            elif self.selective:  # the default level, no group: routed with the next dispatch
+                message.level = JMS_DEFAULT_PRIORITY
+                message.group = None
+                # (made when the queue turned selective: ``_set_selective``)
+                self.selective_dispatch.unrouted.append(message)  # type: ignore[union-attr]
+            else:  # the common case, inlined: nothing but the default level of a plain queue
+                plain.append(message)
 
     def _arrive(self, message: Message) -> None:
         """A message is in memory now: listed, or kept for routing (selective dispatch)."""

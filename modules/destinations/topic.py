@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import itertools
 from collections import deque
+from collections.abc import Sequence
 
 import structlog
 
@@ -70,15 +71,17 @@ class Topic(Destination):
             return len(waiting), sum(m.size for m in waiting)
         return super().held(kind)
 
-    def enqueue(self, message: Message) -> None:
-        """Take a message into the live buffer; ``dispatch`` (after each batch) hands the
+    def enqueue(self, messages: Sequence[Message]) -> None:
+        """Take messages into the live buffer; ``dispatch`` (after each batch) hands the
         run that arrived to every subscriber at once."""
-        if message.expires and message.expired(self.services.runtime.now_ms()):
-            self.expired_on_arrival += 1
-            self.services.expiry.expired(self.name, [message])
-            return
-        self.buffer.append(message)
-        self.arrived += 1
+        buffer = self.buffer
+        for message in messages:
+            if message.expires and message.expired(self.services.runtime.now_ms()):
+                self.expired_on_arrival += 1
+                self.services.expiry.expired(self.name, [message])
+                continue
+            buffer.append(message)
+            self.arrived += 1
 
     def dispatch(self) -> None:
         """Move every subscriber on as far as it can take, then trim the buffer; what

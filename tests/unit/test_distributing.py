@@ -17,6 +17,31 @@ def _nack(peer: Peer, message) -> None:
     peer.feed(frame("NACK", {"id": message.headers["ack"]}))
 
 
+# -- runs ------------------------------------------------------------------------------------
+
+
+def test_a_read_to_several_destinations_reaches_each_in_order(make_net):
+    """One read's SENDs go to each destination as runs (a batch to one destination all
+    at once): every message arrives, in the order it was sent there."""
+    net = make_net()
+    consumer = Peer(net, "consumer")
+    for number, name in enumerate(("/queue/a", "/queue/b", "/queue/c")):
+        consumer.subscribe(name, sub_id=str(number))
+    producer = Peer(net, "producer")
+    sent = [("/queue/a", "a1"), ("/queue/a", "a2"), ("/queue/b", "b1"), ("/queue/a", "a3")]
+    sent += [("/queue/c", "c1"), ("/queue/b", "b2"), ("/queue/b", "b3")]
+    producer.feed(b"".join(send_frame(name, body) for name, body in sent))
+    _send_many(producer, "/queue/c", ["c2", "c3"])  # a read to one destination alone
+    got: dict[str, list[str]] = {}
+    for message in consumer.messages:
+        got.setdefault(message.headers["destination"], []).append(message.body.decode())
+    assert got == {
+        "/queue/a": ["a1", "a2", "a3"],
+        "/queue/b": ["b1", "b2", "b3"],
+        "/queue/c": ["c1", "c2", "c3"],
+    }
+
+
 # -- selectors -------------------------------------------------------------------------------
 
 

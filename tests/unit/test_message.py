@@ -12,7 +12,13 @@ import sys
 import pytest
 
 from wiremq.modules.flow.egress_queues import EgressQueue
-from wiremq.modules.message import FRAME_ONLY_HEADERS, NO_TAILS, Message, passes_through
+from wiremq.modules.message import (
+    FRAME_ONLY_HEADERS,
+    NO_TAILS,
+    Message,
+    passes_through,
+    shared_target,
+)
 from wiremq.modules.stomp.encoder import escaped_message_tail
 
 RECEIVED = 1_700_000_000_123  # ms since 1970
@@ -194,6 +200,21 @@ def test_a_batch_passes_through_when_no_message_is_persistent_transacted_or_comm
         assert not passes_through([plain(), held, plain()])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="a list of messages"):
         passes_through((plain(),))  # type: ignore[arg-type]
+
+
+def test_a_batch_s_shared_target_is_the_one_every_message_has():
+    here, there = object(), object()
+
+    def to(target: object) -> Message:
+        message = Message("m", "/queue/q", {}, b"")
+        message.target = target  # type: ignore[assignment]
+        return message
+
+    assert shared_target([to(here), to(here)]) is here
+    for batch in ([], [to(here), to(there)], [to(here), to(None)], [to(here), "a message?"]):
+        assert shared_target(batch) is None  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a list of messages"):
+        shared_target((to(here),))  # type: ignore[arg-type]
 
 
 def test_a_stored_persistent_message_comes_back_persistent_at_its_position():
