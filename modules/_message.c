@@ -37,6 +37,11 @@
  *     ``target``: the same object), or None if they are not all: the distributing
  *     step then enqueues the whole batch at once.
  *
+ * waiting_runs(batch) -> [(waiter, messages), ...]
+ *     The messages of the list `batch` that have a ``waiter``, taken from it (set to
+ *     None) and grouped in runs of one waiter, in order: the chain's end tells each
+ *     waiter of its run at once (``chain.Terminal``).
+ *
  * Numbered(prefix)
  *     Called, the next of the ids prefix + "1", prefix + "2", ... (an ASCII prefix): a
  *     message's id, made for every SEND (``modules/ids.py``). The same ids from Python
@@ -64,7 +69,7 @@ static const char *const SLOTS[] = {
     "unit",       "wire",        "timestamp",
 };
 #define NSLOTS (sizeof SLOTS / sizeof SLOTS[0])
-/* Where `wire_tail`, `passes_through` and `shared_target` find what they read, in SLOTS. */
+/* Where the functions below find what they read, in SLOTS. */
 enum {
     MESSAGE_ID = 0,
     DESTINATION = 1,
@@ -72,6 +77,7 @@ enum {
     BODY = 3,
     PERSISTENT = 4,
     TRANSACTION = 10,
+    WAITER = 14,
     TARGET = 15,
     REDELIVERED = 17,
     UNIT = 18,
@@ -456,6 +462,76 @@ shared_target(PyObject *module, PyObject *batch)
     return Py_NewRef(target != NULL ? target : Py_None);
 }
 
+/* Append (waiter, run) to `runs`, taking the references to both; -1 on an error. */
+static int
+add_run(PyObject *runs, PyObject *waiter, PyObject *run)
+{
+    PyObject *pair = PyTuple_Pack(2, waiter, run);
+    Py_DECREF(waiter);
+    Py_DECREF(run);
+    if (pair == NULL) {
+        return -1;
+    }
+    int failed = PyList_Append(runs, pair);
+    Py_DECREF(pair);
+    return failed;
+}
+
+/* waiting_runs(batch): see the top. */
+static PyObject *
+waiting_runs(PyObject *module, PyObject *batch)
+{
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "waiting_runs(batch): a list of messages");
+        return NULL;
+    }
+    PyObject *runs = PyList_New(0);
+    PyObject *waiter = NULL, *run = NULL; /* the run being gathered (owned) */
+    if (runs == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *message = PyList_GET_ITEM(batch, i);
+        if (Py_TYPE(message) != message_type) {
+            PyErr_SetString(PyExc_TypeError, "waiting_runs(batch): a list of messages");
+            goto error;
+        }
+        PyObject *its = SLOT(message, WAITER);
+        if (its == NULL || its == Py_None) {
+            continue;
+        }
+        SLOT(message, WAITER) = Py_NewRef(Py_None); /* its reference is now `its`'s */
+        if (its != waiter) {
+            if (run != NULL && add_run(runs, waiter, run) < 0) {
+                waiter = run = NULL;
+                Py_DECREF(its);
+                goto error;
+            }
+            waiter = its;
+            run = PyList_New(0);
+            if (run == NULL) {
+                goto error;
+            }
+        }
+        else {
+            Py_DECREF(its);
+        }
+        if (PyList_Append(run, message) < 0) {
+            goto error;
+        }
+    }
+    if (run != NULL && add_run(runs, waiter, run) < 0) {
+        waiter = run = NULL;
+        goto error;
+    }
+    return runs;
+error:
+    Py_XDECREF(waiter);
+    Py_XDECREF(run);
+    Py_DECREF(runs);
+    return NULL;
+}
+
 /* Numbered: a counter that makes ids (see the top). */
 typedef struct {
     PyObject_HEAD
@@ -530,6 +606,9 @@ static PyTypeObject numbered_type = {
 };
 
 static PyMethodDef methods[] = {
+    {"waiting_runs", waiting_runs, METH_O,
+     "waiting_runs(batch): the runs of messages of one waiter, each taken from its waiter "
+     "(see the module source)"},
     {"shared_target", shared_target, METH_O,
      "shared_target(batch): the target every message of it has, or None (see the module "
      "source)"},

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from wiremq.modules._message import bind as bind_message
 from wiremq.modules._message import passes_through as passes_through
 from wiremq.modules._message import shared_target as shared_target
+from wiremq.modules._message import waiting_runs as waiting_runs
 from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tail
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage

@@ -24,7 +24,7 @@ import structlog
 
 from wiremq.config.settings import Settings
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import Batch, Message, MessageWaiter, Stage
+from wiremq.modules.message import Batch, Message, Stage, waiting_runs
 from wiremq.modules.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -66,21 +66,8 @@ class Terminal:
     it, once per run of messages of one waiter (a client's SENDs of one read)."""
 
     def handle(self, batch: Batch) -> None:
-        run: Batch = []
-        run_waiter: MessageWaiter | None = None
-        for message in batch:
-            waiter = message.waiter
-            if waiter is None:
-                continue
-            message.waiter = None
-            if waiter is not run_waiter:
-                if run_waiter is not None:
-                    run_waiter.messages_completed(run)
-                run = []
-                run_waiter = waiter
-            run.append(message)
-        if run_waiter is not None:
-            run_waiter.messages_completed(run)
+        for waiter, run in waiting_runs(batch):  # in C: the waiters taken, then told
+            waiter.messages_completed(run)
 
 
 @dataclass

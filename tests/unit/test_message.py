@@ -18,6 +18,7 @@ from wiremq.modules.message import (
     Message,
     passes_through,
     shared_target,
+    waiting_runs,
 )
 from wiremq.modules.stomp.encoder import escaped_message_tail
 
@@ -215,6 +216,26 @@ def test_a_batch_s_shared_target_is_the_one_every_message_has():
         assert shared_target(batch) is None  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a list of messages"):
         shared_target((to(here),))  # type: ignore[arg-type]
+
+
+def test_waiting_runs_take_each_message_from_its_waiter_in_runs_of_one_waiter():
+    first, second = object(), object()
+    before = sys.getrefcount(first), sys.getrefcount(second)
+    waiters = [first, first, None, second, first]
+    batch = [Message(f"m{n}", "/queue/q", {}, b"", waiter=w) for n, w in enumerate(waiters)]  # type: ignore[arg-type]
+    runs = waiting_runs(batch)
+    assert [(waiter, [m.message_id for m in run]) for waiter, run in runs] == [
+        (first, ["m0", "m1"]),
+        (second, ["m3"]),
+        (first, ["m4"]),
+    ]
+    assert all(message.waiter is None for message in batch)  # each told once
+    assert waiting_runs(batch) == []
+    del runs, waiters
+    assert (sys.getrefcount(first), sys.getrefcount(second)) == before
+    for wrong in ((batch[0],), [batch[0], "a message?"]):
+        with pytest.raises(TypeError, match="a list of messages"):
+            waiting_runs(wrong)  # type: ignore[arg-type]
 
 
 def test_a_stored_persistent_message_comes_back_persistent_at_its_position():
