@@ -39,10 +39,9 @@
  * Maker(cls)(*items) -> cls
  *
  * A tuple of the NamedTuple `cls` holding `items`, one for each of its fields (a
- * TypeError otherwise), made at its size and filled (as
- * ``triple`` does for the scan): an egress entry is made for every delivery
- * (flow/egress_queues.py, ``new_entry``), where tuple.__new__(Entry, (...)) makes the
- * argument tuple too and copies it.
+ * TypeError otherwise), made at its size and filled as the scan's frames are: an
+ * egress entry is made for every delivery (flow/egress_queues.py, ``new_entry``),
+ * where tuple.__new__(Entry, (...)) makes the argument tuple too and copies it.
  *
  * take_frames(entries, taken, size, budget) -> (size, work);  frame_parts(entries, parts)
  *
@@ -199,22 +198,19 @@ is_tuple_type(PyObject *type)
            && ((PyTypeObject *)type)->tp_itemsize == PyTuple_Type.tp_itemsize;
 }
 
-/* A new instance of the tuple type `type` holding a, b, c (references stolen, also on
- * failure): allocated at its size and filled, as tuple.__new__(type, (a, b, c)) makes
- * it, without the two tuples that call needs. */
+/* A new instance of the tuple type `type` holding the `count` `items` (new references to
+ * them): allocated at its size and filled, as tuple.__new__(type, items) makes it,
+ * without the argument tuple that call needs (the scan's frames, ``Maker``'s tuples). */
 static PyObject *
-triple(PyTypeObject *type, PyObject *a, PyObject *b, PyObject *c)
+filled(PyTypeObject *type, PyObject *const *items, Py_ssize_t count)
 {
-    PyObject *made = type->tp_alloc(type, 3);
+    PyObject *made = type->tp_alloc(type, count);
     if (made == NULL) {
-        Py_DECREF(a);
-        Py_DECREF(b);
-        Py_DECREF(c);
         return NULL;
     }
-    PyTuple_SET_ITEM(made, 0, a);
-    PyTuple_SET_ITEM(made, 1, b);
-    PyTuple_SET_ITEM(made, 2, c);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyTuple_SET_ITEM(made, i, Py_NewRef(items[i]));
+    }
     return made;
 }
 
@@ -254,14 +250,7 @@ maker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
                      self->size);
         return NULL;
     }
-    PyObject *made = self->made->tp_alloc(self->made, count);
-    if (made == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyTuple_SET_ITEM(made, i, Py_NewRef(args[i]));
-    }
-    return made;
+    return filled(self->made, args, count);
 }
 
 static PyObject *
@@ -404,20 +393,19 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(headers);
             return NULL;
         }
-        PyObject *frame, *destination = send_destination(send_type, command, headers);
+        PyObject *frame = NULL, *destination = send_destination(send_type, command, headers);
         if (destination != NULL) {
-            Py_DECREF(command);
-            frame = triple((PyTypeObject *)send_type, destination, headers, body);
+            PyObject *items[] = {destination, headers, body};
+            frame = filled((PyTypeObject *)send_type, items, 3);
+            Py_DECREF(destination);
         }
-        else if (PyErr_Occurred()) {
-            Py_DECREF(command);
-            Py_DECREF(headers);
-            Py_DECREF(body);
-            return NULL;
+        else if (!PyErr_Occurred()) {
+            PyObject *items[] = {command, headers, body};
+            frame = filled((PyTypeObject *)frame_type, items, 3);
         }
-        else {
-            frame = triple((PyTypeObject *)frame_type, command, headers, body);
-        }
+        Py_DECREF(command);
+        Py_DECREF(headers);
+        Py_DECREF(body);
         if (frame == NULL || PyList_Append(frames, frame) < 0) {
             Py_XDECREF(frame);
             return NULL;
