@@ -12,6 +12,14 @@ Beside each file, its index by message id (``index.py``): after each batch is
 written, the entries of its lines that name a message are appended to
 ``<file>.idx-new`` (found by C, without the interpreter lock); when the file is
 closed they are sorted into ``<file>.idx``.
+
+The journal is written once and read seldom (an audit, a message's life story),
+so the writer keeps little of a file in the page cache: once ``cached`` bytes
+more are written, it asks the kernel to write back and drop all but the last
+``cached`` (``POSIX_FADV_DONTNEED``; a page still being written back goes at the
+next ask). The pages it gives back are the ones its next writes take, still warm:
+growing the cache instead cost the writer 0.75 µs of kernel time per 400 bytes
+(a queued message's two records) on a virtual machine, against 0.13 µs.
 """
 
 from __future__ import annotations
@@ -29,17 +37,25 @@ from wiremq.modules.journal.index import SUFFIX, complete, writing_index_path
 log = structlog.get_logger("wiremq.journal")
 
 
+# Bytes of the current file the writer leaves in the page cache (see the docstring).
+CACHED_BYTES = 32 * 1024 * 1024
+
+
 class JournalFiles:
     """The current journal file and the rotation to the next."""
 
-    def __init__(self, folder: Path, max_bytes: int, server: str) -> None:
+    def __init__(
+        self, folder: Path, max_bytes: int, server: str, cached: int = CACHED_BYTES
+    ) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
         self.server = server
+        self.cached = cached
         self.files = 0  # begun by this run
         self._file: BinaryIO | None = None
         self._index: BinaryIO | None = None
         self._size = 0
+        self._dropped = 0  # the current file's bytes before this were last asked to go
         folder.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -60,6 +76,9 @@ class JournalFiles:
         _write_all(self._file, data)
         _write_all(self._index, index_lines(data, self._size))
         self._size += len(data)
+        if self._size - self._dropped >= 2 * self.cached:
+            self._dropped = self._size - self.cached
+            os.posix_fadvise(self._file.fileno(), 0, self._dropped, os.POSIX_FADV_DONTNEED)
         return len(data)
 
     def close(self) -> None:
@@ -74,7 +93,7 @@ class JournalFiles:
         path = self.folder / f"{stamp}-{self.server}-{self.files:05d}{SUFFIX}"
         self._file = open(path, "xb", buffering=0)  # noqa: SIM115 (kept open across calls)
         self._index = open(writing_index_path(path), "xb", buffering=0)  # noqa: SIM115
-        self._size = 0
+        self._size = self._dropped = 0
 
     def _end(self) -> None:
         assert self._file is not None and self._index is not None
@@ -82,6 +101,7 @@ class JournalFiles:
         index, self._index = self._index, None
         try:
             os.fsync(file.fileno())
+            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # all of it
         finally:
             file.close()
             index.close()

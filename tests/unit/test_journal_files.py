@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
+
+import pytest
+
 from wiremq.modules.journal.files import SUFFIX, JournalFiles
+
+PAGE = mmap.PAGESIZE
 
 
 def test_batches_are_appended_whole_and_a_file_is_closed_before_it_passes_its_size(tmp_path):
@@ -49,3 +57,52 @@ def test_nothing_written_opens_no_file(tmp_path):
     assert files.write(b"") == 0
     files.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def cached_pages(path, start: int, end: int) -> int:
+    """How many pages of ``path`` between ``start`` and ``end`` are in the page cache
+    (mincore on a mapping of the file, which brings none in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) as view:
+        pages = (end - start + PAGE - 1) // PAGE
+        flags = (ctypes.c_ubyte * pages)()
+        anchor = ctypes.c_char.from_buffer(view, start)
+        try:
+            if libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), end - start, flags):
+                raise OSError(ctypes.get_errno(), "mincore")
+        finally:
+            del anchor  # the mapping cannot close while a ctypes object holds it
+        return sum(flag & 1 for flag in flags)
+
+
+def drops_pages(folder) -> bool:
+    """Whether this file system gives written pages back when asked (tmpfs does not)."""
+    probe = folder / "probe"
+    probe.write_bytes(b"p" * 16 * PAGE)
+    with open(probe, "rb+") as file:
+        os.fsync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    dropped = cached_pages(probe, 0, 16 * PAGE) < 16
+    probe.unlink()
+    return dropped
+
+
+def test_the_writer_leaves_only_the_last_bytes_it_wrote_in_the_page_cache(tmp_path):
+    if not drops_pages(tmp_path):
+        pytest.skip("this file system keeps its pages in memory (tmpfs)")
+    cached = 64 * PAGE
+    files = JournalFiles(tmp_path, 1 << 30, "abcd", cached=cached)
+    chunk = b"x" * (16 * PAGE - 1) + b"\n"
+    for _ in range(16):
+        files.write(chunk)
+    path = files.current
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())  # what the writer asked to go so far is written back now
+    for _ in range(8):  # 2 * cached more: the writer asks again
+        files.write(chunk)
+    size = 24 * len(chunk)
+    assert cached_pages(path, 0, size - 2 * cached) == 0
+    assert cached_pages(path, size - cached, size) == cached // PAGE
+    files.close()
+    assert cached_pages(path, 0, size) == 0  # synced and given back when closed
+    assert path.read_bytes() == chunk * 24
