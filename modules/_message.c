@@ -42,6 +42,14 @@
  *     None) and grouped in runs of one waiter, in order: the chain's end tells each
  *     waiter of its run at once (``chain.Terminal``).
  *
+ * plain_arrivals(messages, start, arrivals, keys) -> (index, nbytes)
+ *     Number the messages of the list `messages` from `start` on that arrive at a plain
+ *     queue's default level, up to the first that does not (one read back from a store,
+ *     or one with a header of `keys`: ``priority``, ``JMSXGroupID``): their ``arrival``
+ *     is `arrivals` + 1, + 2, ... Returns the index of the first not numbered
+ *     (``len(messages)``: none) and their bytes (``Queue.enqueue`` counts them, and
+ *     appends them to the level, at once).
+ *
  * Numbered(prefix)
  *     Called, the next of the ids prefix + "1", prefix + "2", ... (an ASCII prefix): a
  *     message's id, made for every SEND (``modules/ids.py``). The same ids from Python
@@ -76,9 +84,12 @@ enum {
     HEADERS = 2,
     BODY = 3,
     PERSISTENT = 4,
+    STORE_SEQ = 6,
+    ARRIVAL = 7,
     TRANSACTION = 10,
     WAITER = 14,
     TARGET = 15,
+    SIZE = 16,
     REDELIVERED = 17,
     UNIT = 18,
     WIRE = 19,
@@ -532,6 +543,69 @@ error:
     return NULL;
 }
 
+/* plain_arrivals(messages, start, arrivals, keys): see the top. */
+static PyObject *
+plain_arrivals(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyLong_Check(args[1])
+        || !PyLong_Check(args[2]) || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_arrivals(messages, start, arrivals, keys): a list, two ints "
+                        "and a tuple");
+        return NULL;
+    }
+    PyObject *messages = args[0], *keys = args[3];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long arrivals = PyLong_AsLongLong(args[2]);
+    if ((start == -1 || arrivals == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0) {
+        start = 0;
+    }
+    Py_ssize_t index = start, nbytes = 0;
+    for (; index < PyList_GET_SIZE(messages); index++) {
+        PyObject *message = PyList_GET_ITEM(messages, index);
+        if (Py_TYPE(message) != message_type) {
+            PyErr_SetString(PyExc_TypeError, "plain_arrivals: a list of messages");
+            return NULL;
+        }
+        PyObject *stored = slot(message, STORE_SEQ), *headers = slot(message, HEADERS);
+        PyObject *size = slot(message, SIZE);
+        if (stored == NULL || headers == NULL || size == NULL) {
+            return NULL;
+        }
+        int seq = PyObject_IsTrue(stored);
+        if (seq < 0) {
+            return NULL;
+        }
+        if (seq) {
+            break;
+        }
+        int keyed = 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys) && !keyed; k++) {
+            keyed = PyDict_Contains(headers, PyTuple_GET_ITEM(keys, k));
+            if (keyed < 0) {
+                return NULL;
+            }
+        }
+        if (keyed) {
+            break;
+        }
+        Py_ssize_t bytes = PyLong_AsSsize_t(size);
+        if (bytes == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *arrival = PyLong_FromLongLong(arrivals + (index - start) + 1);
+        if (arrival == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(SLOT(message, ARRIVAL), arrival);
+        nbytes += bytes;
+    }
+    return Py_BuildValue("(nn)", index, nbytes);
+}
+
 /* Numbered: a counter that makes ids (see the top). */
 typedef struct {
     PyObject_HEAD
@@ -606,6 +680,9 @@ static PyTypeObject numbered_type = {
 };
 
 static PyMethodDef methods[] = {
+    {"plain_arrivals", (PyCFunction)(void (*)(void))plain_arrivals, METH_FASTCALL,
+     "plain_arrivals(messages, start, arrivals, keys): number the run of messages that "
+     "arrive at a plain queue's default level (see the module source)"},
     {"waiting_runs", waiting_runs, METH_O,
      "waiting_runs(batch): the runs of messages of one waiter, each taken from its waiter "
      "(see the module source)"},

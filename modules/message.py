@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules._message import bind as bind_message
 from wiremq.modules._message import passes_through as passes_through
+from wiremq.modules._message import plain_arrivals as plain_arrivals
 from wiremq.modules._message import shared_target as shared_target
 from wiremq.modules._message import waiting_runs as waiting_runs
 from wiremq.modules.flow.egress_queues import EgressQueue

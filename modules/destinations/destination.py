@@ -222,7 +222,7 @@ class Destination(ABC):
         self.removed = True
 
     @abstractmethod
-    def enqueue(self, messages: Sequence[Message]) -> None:
+    def enqueue(self, messages: list[Message]) -> None:
         """Take a run of messages from the distributing module (delivered by
         ``dispatch``)."""
 

@@ -42,7 +42,7 @@ keeps its names here, at the end; the backlog and the sweeps do it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from types import MappingProxyType
 from typing import cast
 
@@ -59,9 +59,11 @@ from wiremq.modules.destinations.queue_sweeps import QueueSweeps
 from wiremq.modules.destinations.subscription import Subscription
 from wiremq.modules.domains import P2P
 from wiremq.modules.flow.watermarks import Watermark
-from wiremq.modules.message import GROUP, PRIORITY, Message
+from wiremq.modules.message import GROUP, PRIORITY, Message, plain_arrivals
 from wiremq.stores.api import StoreTransaction
 from wiremq.stores.records import JMS_DEFAULT_PRIORITY, StoredMessage
+
+LEVEL_HEADERS = (PRIORITY, GROUP)  # a message with either is not plain (``_arrive``)
 
 
 class Queue(Destination):
@@ -157,10 +159,23 @@ class Queue(Destination):
 
     # -- arrival ---------------------------------------------------------------------------
 
-    def enqueue(self, messages: Sequence[Message]) -> None:
+    def enqueue(self, messages: list[Message]) -> None:
         counts = self.counts
-        plain = self._plain_level
-        for message in messages:
+        index, count = 0, len(messages)
+        while index < count:
+            if not self.selective:  # the common case, in C: a run to the default level
+                start = index
+                index, nbytes = plain_arrivals(messages, start, self.arrivals, LEVEL_HEADERS)
+                if index > start:
+                    self.arrivals += index - start
+                    counts.unreported_messages += index - start
+                    counts.unreported_bytes += nbytes
+                    run = messages if index - start == count else messages[start:index]
+                    self._plain_level.extend(run)
+                if index == count:
+                    break
+            message = messages[index]
+            index += 1
             self.arrivals = message.arrival = self.arrivals + 1
             if message.store_seq:
                 if not self.reads.keep_in_memory(message, self.selective_dispatch):
@@ -176,8 +191,8 @@ class Queue(Destination):
                 message.group = None
                 # (made when the queue turned selective: ``_set_selective``)
                 self.selective_dispatch.unrouted.append(message)  # type: ignore[union-attr]
-            else:  # the common case, inlined: nothing but the default level of a plain queue
-                plain.append(message)
+            else:  # a stored message of the default level, on a plain queue
+                self._plain_level.append(message)
 
     def _arrive(self, message: Message) -> None:
         """A message is in memory now: listed, or kept for routing (selective dispatch)."""

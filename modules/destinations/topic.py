@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import itertools
 from collections import deque
-from collections.abc import Sequence
 
 import structlog
 
@@ -71,7 +70,7 @@ class Topic(Destination):
             return len(waiting), sum(m.size for m in waiting)
         return super().held(kind)
 
-    def enqueue(self, messages: Sequence[Message]) -> None:
+    def enqueue(self, messages: list[Message]) -> None:
         """Take messages into the live buffer; ``dispatch`` (after each batch) hands the
         run that arrived to every subscriber at once."""
         buffer = self.buffer

@@ -42,6 +42,34 @@ def test_a_read_to_several_destinations_reaches_each_in_order(make_net):
     }
 
 
+def test_one_read_of_plain_prioritised_and_stored_messages_keeps_priority_then_arrival(make_net):
+    """A queue numbers a read's plain runs in C and the rest one by one: each message's
+    arrival follows the one that reached the queue before it (a persistent one once it
+    is stored; a transaction's all at its commit, in the order sent), and delivery is by
+    priority, then arrival."""
+    net = make_net(persistent=True)
+    producer = Peer(net, "p")
+    sent = [("a", {}), ("b", {"priority": "9"}), ("c", {}), ("d", dict(PERSISTENT)), ("e", {})]
+    sent += [("f", {"priority": "0"}), ("g", {}), ("h", {})]
+    transacted = [("t1", {}), ("t2", dict(PERSISTENT)), ("t3", {"priority": "9"}), ("t4", {})]
+    read = b"".join(send_frame("/queue/r", body, headers) for body, headers in sent)
+    read += frame("BEGIN", {"transaction": "tx"})
+    for body, headers in transacted:
+        read += send_frame("/queue/r", body, {**headers, "transaction": "tx"})
+    producer.feed(read + frame("COMMIT", {"transaction": "tx"}))
+    queue = net.queue("/queue/r")
+    waiting = queue.waiting()
+    arrivals = {m.body.decode(): m.arrival for m in waiting}
+    order = ["a", "b", "c", "e", "f", "g", "h", "t1", "t2", "t3", "t4", "d"]
+    assert [arrivals[body] for body in order] == list(range(1, len(order) + 1))
+    delivered = ["b", "t3", "a", "c", "e", "g", "h", "t1", "t2", "t4", "d", "f"]
+    assert [m.body.decode() for m in waiting] == delivered
+    assert queue.received == len(order)
+    consumer = Peer(net, "c")
+    consumer.subscribe("/queue/r")
+    assert consumer.bodies() == delivered
+
+
 # -- selectors -------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from wiremq.modules.message import (
     NO_TAILS,
     Message,
     passes_through,
+    plain_arrivals,
     shared_target,
     waiting_runs,
 )
@@ -216,6 +217,31 @@ def test_a_batch_s_shared_target_is_the_one_every_message_has():
         assert shared_target(batch) is None  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a list of messages"):
         shared_target((to(here),))  # type: ignore[arg-type]
+
+
+def test_plain_arrivals_number_the_run_a_plain_queue_takes_at_its_default_level():
+    keys = ("priority", "JMSXGroupID")
+
+    def sent(body: bytes, **headers: str) -> Message:
+        return Message("m", "/queue/q", dict(headers), body)
+
+    stored = sent(b"s")
+    stored.store_seq = 5
+    batch = [sent(b"a"), sent(b"bb"), sent(b"ccc"), sent(b"d", priority="4"), sent(b"e")]
+    batch += [stored, sent(b"f", JMSXGroupID="g")]
+    assert plain_arrivals(batch, 1, 40, keys) == (3, 5)  # bb, ccc: 2 + 3 bytes
+    assert [m.arrival for m in batch[:4]] == [0, 41, 42, 0]
+    assert plain_arrivals(batch, 3, 40, keys) == (3, 0)  # a priority header: not plain
+    assert plain_arrivals(batch, 4, 7, keys) == (5, 1)  # then one read back from a store
+    assert (batch[4].arrival, stored.arrival) == (8, 0)
+    assert plain_arrivals(batch, 6, 0, keys) == (6, 0)  # a group
+    assert plain_arrivals(batch[:3], 0, 0, keys) == (3, 6)
+    assert plain_arrivals([], 0, 0, keys) == (0, 0)
+    for wrong in ((tuple(batch), 0, 0, keys), (batch, "0", 0, keys), (batch, 0, 0, list(keys))):
+        with pytest.raises(TypeError, match="plain_arrivals"):
+            plain_arrivals(*wrong)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a list of messages"):
+        plain_arrivals(["not a message"], 0, 0, keys)  # type: ignore[list-item]
 
 
 def test_waiting_runs_take_each_message_from_its_waiter_in_runs_of_one_waiter():
