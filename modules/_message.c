@@ -42,6 +42,16 @@
  *     None) and grouped in runs of one waiter, in order: the chain's end tells each
  *     waiter of its run at once (``chain.Terminal``).
  *
+ * take_sends(events, start, send_type, prefix, sends, new_id, sender, waiter, timestamp)
+ *     -> index
+ *     A new message appended to the list `sends` for each of the list `events` from
+ *     `start` on that is a SEND (of `send_type`: destination, headers, body) to a
+ *     destination whose name begins with `prefix` (one domain's), up to the first that
+ *     is not: its id from `new_id()`, the rest as ``Message(id, destination, headers,
+ *     body, sender, waiter, 0, timestamp)``. Returns the index of the first not taken
+ *     (``len(events)``: none). A client's run of SENDs to one domain is made here
+ *     (``ClientConnection._act``), not one by one in Python.
+ *
  * plain_arrivals(messages, start, arrivals, keys) -> (index, nbytes)
  *     Number the messages of the list `messages` from `start` on that arrive at a plain
  *     queue's default level, up to the first that does not (one read back from a store,
@@ -641,14 +651,10 @@ numbered_dealloc(Numbered *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The next id: the prefix and the number's decimal digits, written into a new str. */
+/* The next id of `self`: the prefix and the number's decimal digits, in a new str. */
 static PyObject *
-numbered_call(Numbered *self, PyObject *args, PyObject *kwargs)
+numbered_next(Numbered *self)
 {
-    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
-        PyErr_SetString(PyExc_TypeError, "Numbered() takes no arguments");
-        return NULL;
-    }
     char digits[20];
     int count = 0;
     unsigned long long number = self->next++;
@@ -669,6 +675,16 @@ numbered_call(Numbered *self, PyObject *args, PyObject *kwargs)
     return id;
 }
 
+static PyObject *
+numbered_call(Numbered *self, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "Numbered() takes no arguments");
+        return NULL;
+    }
+    return numbered_next(self);
+}
+
 static PyTypeObject numbered_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wiremq.modules._message.Numbered",
     .tp_basicsize = sizeof(Numbered),
@@ -679,7 +695,79 @@ static PyTypeObject numbered_type = {
     .tp_call = (ternaryfunc)numbered_call,
 };
 
+/* take_sends(events, start, send_type, prefix, sends, new_id, sender, waiter, timestamp):
+ * see the top. */
+static PyObject *
+take_sends(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyType_Check(args[2])
+        || !PyUnicode_Check(args[3]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "take_sends(events, start, send_type, prefix, sends, new_id, sender, "
+                        "waiter, timestamp): two lists, an int, a type and a str in their "
+                        "places");
+        return NULL;
+    }
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "take_sends: no Message class is bound");
+        return NULL;
+    }
+    PyObject *events = args[0], *send_type = args[2], *prefix = args[3], *sends = args[4];
+    PyObject *new_id = args[5];
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index < 0) {
+        index = 0;
+    }
+    for (; index < PyList_GET_SIZE(events); index++) {
+        PyObject *event = PyList_GET_ITEM(events, index);
+        if ((PyObject *)Py_TYPE(event) != send_type) {
+            break;
+        }
+        if (!PyTuple_Check(event) || PyTuple_GET_SIZE(event) != 3) {
+            PyErr_SetString(PyExc_TypeError, "take_sends: a SEND is (destination, headers, body)");
+            return NULL;
+        }
+        PyObject *destination = PyTuple_GET_ITEM(event, 0);
+        if (!PyUnicode_Check(destination)) {
+            break;
+        }
+        Py_ssize_t match = PyUnicode_Tailmatch(destination, prefix, 0, PY_SSIZE_T_MAX, -1);
+        if (match < 0) {
+            return NULL;
+        }
+        if (!match) {
+            break;
+        }
+        PyObject *id = Py_IS_TYPE(new_id, &numbered_type) ? numbered_next((Numbered *)new_id)
+                                                          : PyObject_CallNoArgs(new_id);
+        if (id == NULL) {
+            return NULL;
+        }
+        PyObject *values[NARGS] = {id,      destination, PyTuple_GET_ITEM(event, 1),
+                                   PyTuple_GET_ITEM(event, 2), args[6], args[7],
+                                   NULL,    args[8]};
+        PyObject *message = make(message_type, values);
+        Py_DECREF(id);
+        if (message == NULL) {
+            return NULL;
+        }
+        int failed = PyList_Append(sends, message);
+        Py_DECREF(message);
+        if (failed) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(index);
+}
+
 static PyMethodDef methods[] = {
+    {"take_sends", (PyCFunction)(void (*)(void))take_sends, METH_FASTCALL,
+     "take_sends(events, start, send_type, prefix, sends, new_id, sender, waiter, "
+     "timestamp): a new message in sends for each SEND of a run to one domain (see the "
+     "module source)"},
     {"plain_arrivals", (PyCFunction)(void (*)(void))plain_arrivals, METH_FASTCALL,
      "plain_arrivals(messages, start, arrivals, keys): number the run of messages that "
      "arrive at a plain queue's default level (see the module source)"},

@@ -14,6 +14,7 @@ from wiremq.stores.api import QUEUE_PREFIX, TOPIC_PREFIX
 P2P = "p2p"
 PUBSUB = "pubsub"
 DOMAINS = (P2P, PUBSUB)
+PREFIXES = {P2P: QUEUE_PREFIX, PUBSUB: TOPIC_PREFIX}  # a domain's names begin with its own
 
 
 def domain_of(name: str) -> str | None:

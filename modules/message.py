@@ -15,6 +15,7 @@ from wiremq.modules._message import bind as bind_message
 from wiremq.modules._message import passes_through as passes_through
 from wiremq.modules._message import plain_arrivals as plain_arrivals
 from wiremq.modules._message import shared_target as shared_target
+from wiremq.modules._message import take_sends as take_sends
 from wiremq.modules._message import waiting_runs as waiting_runs
 from wiremq.modules.flow.egress_queues import EgressQueue
 from wiremq.modules.stomp.encoder import escaped_message_tail, plain_message_tail

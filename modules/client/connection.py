@@ -33,12 +33,12 @@ from wiremq.modules.client.subscriptions import (
     AcknowledgementRefused,
     SubscribeRequest,
 )
-from wiremq.modules.domains import domain_of, require_domain
+from wiremq.modules.domains import PREFIXES, domain_of, require_domain
 from wiremq.modules.errors import Refused
 from wiremq.modules.flow.unfinished import UnfinishedFrames
 from wiremq.modules.ids import Ids
 from wiremq.modules.memory.memwatch import MemWatch
-from wiremq.modules.message import Message
+from wiremq.modules.message import take_sends
 from wiremq.modules.pipeline.chain import Batch
 from wiremq.modules.runtime import Answer, Runtime, Timer
 from wiremq.modules.stomp.events import (
@@ -176,28 +176,33 @@ class ClientConnection:
         sender = core.sender
         new_message = self.services.ids.message
         now_ms = self.services.runtime.now_ms()  # when these messages were received
-        # The decoder hands the same str for a destination repeated in one read (its C
-        # scan keeps recent texts), so a run of SENDs asks for its domain once.
-        last_destination, domain = None, None
-        for index, event in enumerate(events):
+        index, count = 0, len(events)
+        while index < count:
+            event = events[index]
             kind = type(event)
             if kind is Acknowledge:
                 if self._sends:
                     self._submit()
                 self._acks.append(event)
+                index += 1
                 continue
             if kind is Send:
-                destination, headers, body = event
-                if destination is not last_destination:
-                    last_destination, domain = destination, domain_of(destination)
+                domain = domain_of(event.destination)
                 if domain is not None:
                     if domain != self._sends_domain or self._acks:
                         self._submit()
                         self._sends_domain = domain
-                    self._sends.append(
-                        Message(
-                            new_message(), destination, headers, body, sender, progress, 0, now_ms
-                        )
+                    # this SEND and those after it to the same domain, made in C
+                    index = take_sends(
+                        events,
+                        index,
+                        Send,
+                        PREFIXES[domain],
+                        self._sends,
+                        new_message,
+                        sender,
+                        progress,
+                        now_ms,
                     )
                     continue
             self._submit()
@@ -209,14 +214,16 @@ class ClientConnection:
                 return
             if isinstance(event, BadInput):
                 self.fail(event.error)
+                index += 1
                 continue
             try:
                 self._handle(event)
             except (ProtocolError, Refused) as failure:
                 self.fail(failure, event.headers.get("receipt"))
             sender = core.sender  # made once a CONNECT's login is accepted
+            index += 1
             if ordered and progress.count and not self._failing:
-                self._hold(events[index + 1 :])
+                self._hold(events[index:])
                 return
         self._submit()
         session = self.session

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from wiremq.modules.flow.egress_queues import EgressQueue
+from wiremq.modules.ids import Numbered
 from wiremq.modules.message import (
     FRAME_ONLY_HEADERS,
     NO_TAILS,
@@ -19,9 +20,11 @@ from wiremq.modules.message import (
     passes_through,
     plain_arrivals,
     shared_target,
+    take_sends,
     waiting_runs,
 )
 from wiremq.modules.stomp.encoder import escaped_message_tail
+from wiremq.modules.stomp.events import Acknowledge, Send
 
 RECEIVED = 1_700_000_000_123  # ms since 1970
 
@@ -217,6 +220,42 @@ def test_a_batch_s_shared_target_is_the_one_every_message_has():
         assert shared_target(batch) is None  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a list of messages"):
         shared_target((to(here),))  # type: ignore[arg-type]
+
+
+def test_take_sends_makes_a_message_of_each_send_of_a_run_to_one_domain():
+    sender, waiter = object(), object()
+    headers = {"persistent": "true", "receipt": "r"}
+    events = [Send("/queue/a", {}, b"1"), Send("/queue/b", headers, b"22")]
+    events += [Send("/topic/t", {}, b"3"), Send("/queue/c", {}, b"4")]
+    events += [Acknowledge("m", "s", False, {}), Send("/queue/d", {}, b"5")]  # type: ignore[list-item]
+    sends: list[Message] = []
+    before = sys.getrefcount(sender), sys.getrefcount(headers)
+    ids = Numbered("x-")
+    assert take_sends(events, 0, Send, "/queue/", sends, ids, sender, waiter, RECEIVED) == 2  # type: ignore[arg-type]
+    first, second = sends
+    assert (first.message_id, first.destination, first.body) == ("x-1", "/queue/a", b"1")
+    assert (second.message_id, second.headers, second.size) == ("x-2", headers, 2)
+    assert second.persistent and second.receipt == "r"
+    assert (first.sender, first.waiter, first.expires, first.timestamp) == (
+        sender,
+        waiter,
+        0,
+        RECEIVED,
+    )
+    assert sys.getrefcount(sender) == before[0] + 2 and sys.getrefcount(headers) == before[1] + 1
+    assert take_sends(events, 2, Send, "/topic/", sends, lambda: "own", None, None, 0) == 3  # type: ignore[arg-type]
+    assert sends[-1].message_id == "own" and sends[-1].sender is None
+    assert take_sends(events, 3, Send, "/queue/", sends, ids, None, None, 0) == 4  # type: ignore[arg-type]
+    assert take_sends(events, 4, Send, "/queue/", sends, ids, None, None, 0) == 4  # an ACK  # type: ignore[arg-type]
+    assert take_sends(events, 5, Send, "/queue/", sends, ids, None, None, 0) == 6  # type: ignore[arg-type]
+    assert [m.message_id for m in sends] == ["x-1", "x-2", "own", "x-3", "x-4"]
+    del sends, first, second
+    gc.collect()
+    assert (sys.getrefcount(sender), sys.getrefcount(headers)) == before
+    with pytest.raises(TypeError, match="take_sends"):
+        take_sends(tuple(events), 0, Send, "/queue/", [], ids, None, None, 0)  # type: ignore[arg-type]
+    with pytest.raises(ZeroDivisionError):
+        take_sends(events, 0, Send, "/queue/", [], lambda: 1 / 0, None, None, 0)  # type: ignore[arg-type]
 
 
 def test_plain_arrivals_number_the_run_a_plain_queue_takes_at_its_default_level():
