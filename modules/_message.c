@@ -52,13 +52,14 @@
  *     (``len(events)``: none). A client's run of SENDs to one domain is made here
  *     (``ClientConnection._act``), not one by one in Python.
  *
- * plain_arrivals(messages, start, arrivals, keys) -> (index, nbytes)
- *     Number the messages of the list `messages` from `start` on that arrive at a plain
+ * plain_arrivals(messages, start, arrivals, keys, level) -> (index, nbytes)
+ *     Number the messages of the list `messages` from `start` on that arrive at a
  *     queue's default level, up to the first that does not (one read back from a store,
  *     or one with a header of `keys`: ``priority``, ``JMSXGroupID``): their ``arrival``
- *     is `arrivals` + 1, + 2, ... Returns the index of the first not numbered
- *     (``len(messages)``: none) and their bytes (``Queue.enqueue`` counts them, and
- *     appends them to the level, at once).
+ *     is `arrivals` + 1, + 2, ..., and where `level` is not None (a queue with
+ *     selective consumers routes them), their ``level`` is `level` and their ``group``
+ *     None. Returns the index of the first not numbered (``len(messages)``: none) and
+ *     their bytes (``Queue.enqueue`` counts them, and lists them, at once).
  *
  * Numbered(prefix)
  *     Called, the next of the ids prefix + "1", prefix + "2", ... (an ASCII prefix): a
@@ -107,6 +108,12 @@ enum {
 
 static PyTypeObject *message_type; /* the bound class (a strong reference) */
 static Py_ssize_t offsets[NSLOTS];
+/* The slots a queue sets later (``level``, ``group``), which `new` leaves unset. */
+static const char *const LATER[] = {"level", "group"};
+#define NLATER (sizeof LATER / sizeof LATER[0])
+enum { LEVEL = 0, GROUP = 1 };
+static Py_ssize_t later_offsets[NLATER];
+#define LATER_SLOT(message, index) (*(PyObject **)((char *)(message) + later_offsets[index]))
 /* Slot `index` of `message` (an lvalue): the object, NULL if unset. */
 #define SLOT(message, index) (*(PyObject **)((char *)(message) + offsets[index]))
 static PyObject *persistent_queue, *default_queue, *by_class_of_service, *no_tails;
@@ -381,6 +388,28 @@ static PyMethodDef wire_tail_method = {
     "wire_tail(stomp_version): the MESSAGE frame after its subscription/ack lines, "
     "escaped for stomp_version (encoded once per version and kept)"};
 
+/* The offsets of `type`'s object slots `names` (`count` of them), into `found`; -1 with
+ * an exception if one is not an object slot of it. */
+static int
+find_slots(PyTypeObject *type, const char *const *names, size_t count, Py_ssize_t *found)
+{
+    for (size_t i = 0; i < count; i++) {
+        PyObject *descriptor = PyDict_GetItemString(type->tp_dict, names[i]);
+        if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name, names[i]);
+            return -1;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name,
+                         names[i]);
+            return -1;
+        }
+        found[i] = member->offset;
+    }
+    return 0;
+}
+
 static PyObject *
 bind(PyObject *module, PyObject *args)
 {
@@ -395,20 +424,10 @@ bind(PyObject *module, PyObject *args)
         return NULL;
     }
     PyTypeObject *type = (PyTypeObject *)cls;
-    Py_ssize_t found[NSLOTS];
-    for (size_t i = 0; i < NSLOTS; i++) {
-        PyObject *descriptor = PyDict_GetItemString(type->tp_dict, SLOTS[i]);
-        if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
-            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name, SLOTS[i]);
-            return NULL;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
-        if (member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", type->tp_name,
-                         SLOTS[i]);
-            return NULL;
-        }
-        found[i] = member->offset;
+    Py_ssize_t found[NSLOTS], found_later[NLATER];
+    if (find_slots(type, SLOTS, NSLOTS, found) < 0
+        || find_slots(type, LATER, NLATER, found_later) < 0) {
+        return NULL;
     }
     PyObject *function = PyObject_GetAttrString(module, "new");
     if (function == NULL) {
@@ -429,6 +448,7 @@ bind(PyObject *module, PyObject *args)
         return NULL;
     }
     memcpy(offsets, found, sizeof offsets);
+    memcpy(later_offsets, found_later, sizeof later_offsets);
     type->tp_new = message_new;
     type->tp_vectorcall = message_vectorcall; /* calling the class: no argument tuple */
     Py_XSETREF(message_type, (PyTypeObject *)Py_NewRef(cls));
@@ -553,18 +573,19 @@ error:
     return NULL;
 }
 
-/* plain_arrivals(messages, start, arrivals, keys): see the top. */
+/* plain_arrivals(messages, start, arrivals, keys, level): see the top. */
 static PyObject *
 plain_arrivals(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyLong_Check(args[1])
-        || !PyLong_Check(args[2]) || !PyTuple_Check(args[3])) {
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyLong_Check(args[1])
+        || !PyLong_Check(args[2]) || !PyTuple_Check(args[3])
+        || !(args[4] == Py_None || PyLong_Check(args[4]))) {
         PyErr_SetString(PyExc_TypeError,
-                        "plain_arrivals(messages, start, arrivals, keys): a list, two ints "
-                        "and a tuple");
+                        "plain_arrivals(messages, start, arrivals, keys, level): a list, two "
+                        "ints, a tuple and an int or None");
         return NULL;
     }
-    PyObject *messages = args[0], *keys = args[3];
+    PyObject *messages = args[0], *keys = args[3], *level = args[4];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     long long arrivals = PyLong_AsLongLong(args[2]);
     if ((start == -1 || arrivals == -1) && PyErr_Occurred()) {
@@ -611,6 +632,10 @@ plain_arrivals(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         Py_XSETREF(SLOT(message, ARRIVAL), arrival);
+        if (level != Py_None) {
+            Py_XSETREF(LATER_SLOT(message, LEVEL), Py_NewRef(level));
+            Py_XSETREF(LATER_SLOT(message, GROUP), Py_NewRef(Py_None));
+        }
         nbytes += bytes;
     }
     return Py_BuildValue("(nn)", index, nbytes);
@@ -769,8 +794,8 @@ static PyMethodDef methods[] = {
      "timestamp): a new message in sends for each SEND of a run to one domain (see the "
      "module source)"},
     {"plain_arrivals", (PyCFunction)(void (*)(void))plain_arrivals, METH_FASTCALL,
-     "plain_arrivals(messages, start, arrivals, keys): number the run of messages that "
-     "arrive at a plain queue's default level (see the module source)"},
+     "plain_arrivals(messages, start, arrivals, keys, level): number the run of messages "
+     "that arrive at a queue's default level (see the module source)"},
     {"waiting_runs", waiting_runs, METH_O,
      "waiting_runs(batch): the runs of messages of one waiter, each taken from its waiter "
      "(see the module source)"},

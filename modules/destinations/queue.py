@@ -163,14 +163,22 @@ class Queue(Destination):
         counts = self.counts
         index, count = 0, len(messages)
         while index < count:
-            if not self.selective:  # the common case, in C: a run to the default level
-                start = index
-                index, nbytes = plain_arrivals(messages, start, self.arrivals, LEVEL_HEADERS)
-                if index > start:
-                    self.arrivals += index - start
-                    counts.unreported_messages += index - start
-                    counts.unreported_bytes += nbytes
-                    run = messages if index - start == count else messages[start:index]
+            # The common case, in C: a run of plain messages to the default level (listed
+            # on a plain queue, routed with the next dispatch on a selective one).
+            selective = self.selective
+            start = index
+            index, nbytes = plain_arrivals(
+                messages, start, self.arrivals, LEVEL_HEADERS,
+                JMS_DEFAULT_PRIORITY if selective else None,
+            )  # fmt: skip
+            if index > start:
+                self.arrivals += index - start
+                counts.unreported_messages += index - start
+                counts.unreported_bytes += nbytes
+                run = messages if index - start == count else messages[start:index]
+                if selective:  # (made when the queue turned selective: ``_set_selective``)
+                    self.selective_dispatch.unrouted.extend(run)  # type: ignore[union-attr]
+                else:
                     self._plain_level.extend(run)
                 if index == count:
                     break
@@ -186,12 +194,11 @@ class Queue(Destination):
             headers = message.headers
             if PRIORITY in headers or GROUP in headers:
                 self._arrive(message)
-            elif self.selective:  # the default level, no group: routed with the next dispatch
+            elif self.selective:  # stored, of the default level, no group: routed as above
                 message.level = JMS_DEFAULT_PRIORITY
                 message.group = None
-                # (made when the queue turned selective: ``_set_selective``)
                 self.selective_dispatch.unrouted.append(message)  # type: ignore[union-attr]
-            else:  # a stored message of the default level, on a plain queue
+            else:  # stored, of the default level, on a plain queue
                 self._plain_level.append(message)
 
     def _arrive(self, message: Message) -> None:

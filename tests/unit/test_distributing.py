@@ -4,6 +4,8 @@ exclusive consumers and browsing (``tests/unit/net.py``)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.net import PERSISTENT, Net, Peer, frame, send_frame
 
 SMALL_LIVE_BUFFER = {"DestinationManager.persqueuebytehighwatermark": 2000}
@@ -42,12 +44,20 @@ def test_a_read_to_several_destinations_reaches_each_in_order(make_net):
     }
 
 
-def test_one_read_of_plain_prioritised_and_stored_messages_keeps_priority_then_arrival(make_net):
+@pytest.mark.parametrize("selector", [None, "price > 1"])
+def test_one_read_of_plain_prioritised_and_stored_messages_keeps_priority_then_arrival(
+    make_net, selector
+):
     """A queue numbers a read's plain runs in C and the rest one by one: each message's
     arrival follows the one that reached the queue before it (a persistent one once it
     is stored; a transaction's all at its commit, in the order sent), and delivery is by
     priority, then arrival."""
     net = make_net(persistent=True)
+    if selector is not None:  # a selective queue: its consumer is there, and not ready
+        waiting = Peer(net, "waiting")
+        waiting.subscribe("/queue/r", selector=selector, ack="client", consumerQueueEntriesSize="1")
+        waiting.send("/queue/r", "first", {"price": "2"})  # arrival 1
+        assert waiting.bodies() == ["first"]
     producer = Peer(net, "p")
     sent = [("a", {}), ("b", {"priority": "9"}), ("c", {}), ("d", dict(PERSISTENT)), ("e", {})]
     sent += [("f", {"priority": "0"}), ("g", {}), ("h", {})]
@@ -61,10 +71,12 @@ def test_one_read_of_plain_prioritised_and_stored_messages_keeps_priority_then_a
     waiting = queue.waiting()
     arrivals = {m.body.decode(): m.arrival for m in waiting}
     order = ["a", "b", "c", "e", "f", "g", "h", "t1", "t2", "t3", "t4", "d"]
-    assert [arrivals[body] for body in order] == list(range(1, len(order) + 1))
+    first = 1 if selector is None else 2
+    assert [arrivals[body] for body in order] == list(range(first, first + len(order)))
     delivered = ["b", "t3", "a", "c", "e", "g", "h", "t1", "t2", "t4", "d", "f"]
     assert [m.body.decode() for m in waiting] == delivered
-    assert queue.received == len(order)
+    assert queue.received == first - 1 + len(order)
+    assert queue.selective == (selector is not None)
     consumer = Peer(net, "c")
     consumer.subscribe("/queue/r")
     assert consumer.bodies() == delivered

@@ -258,7 +258,7 @@ def test_take_sends_makes_a_message_of_each_send_of_a_run_to_one_domain():
         take_sends(events, 0, Send, "/queue/", [], lambda: 1 / 0, None, None, 0)  # type: ignore[arg-type]
 
 
-def test_plain_arrivals_number_the_run_a_plain_queue_takes_at_its_default_level():
+def test_plain_arrivals_number_the_run_a_queue_takes_at_its_default_level():
     keys = ("priority", "JMSXGroupID")
 
     def sent(body: bytes, **headers: str) -> Message:
@@ -268,19 +268,24 @@ def test_plain_arrivals_number_the_run_a_plain_queue_takes_at_its_default_level(
     stored.store_seq = 5
     batch = [sent(b"a"), sent(b"bb"), sent(b"ccc"), sent(b"d", priority="4"), sent(b"e")]
     batch += [stored, sent(b"f", JMSXGroupID="g")]
-    assert plain_arrivals(batch, 1, 40, keys) == (3, 5)  # bb, ccc: 2 + 3 bytes
+    assert plain_arrivals(batch, 1, 40, keys, None) == (3, 5)  # bb, ccc: 2 + 3 bytes
     assert [m.arrival for m in batch[:4]] == [0, 41, 42, 0]
-    assert plain_arrivals(batch, 3, 40, keys) == (3, 0)  # a priority header: not plain
-    assert plain_arrivals(batch, 4, 7, keys) == (5, 1)  # then one read back from a store
-    assert (batch[4].arrival, stored.arrival) == (8, 0)
-    assert plain_arrivals(batch, 6, 0, keys) == (6, 0)  # a group
-    assert plain_arrivals(batch[:3], 0, 0, keys) == (3, 6)
-    assert plain_arrivals([], 0, 0, keys) == (0, 0)
-    for wrong in ((tuple(batch), 0, 0, keys), (batch, "0", 0, keys), (batch, 0, 0, list(keys))):
+    with pytest.raises(AttributeError):
+        batch[1].level  # noqa: B018 (a plain queue's messages are not routed: no level)
+    assert plain_arrivals(batch, 3, 40, keys, None) == (3, 0)  # a priority header: not plain
+    assert plain_arrivals(batch, 4, 7, keys, 4) == (5, 1)  # then one read back from a store
+    assert (batch[4].arrival, batch[4].level, batch[4].group, stored.arrival) == (8, 4, None, 0)
+    assert plain_arrivals(batch, 6, 0, keys, None) == (6, 0)  # a group
+    assert plain_arrivals(batch[:3], 0, 0, keys, 4) == (3, 6)
+    assert [(m.level, m.group) for m in batch[:3]] == [(4, None)] * 3
+    assert plain_arrivals([], 0, 0, keys, None) == (0, 0)
+    wrong_calls = [(tuple(batch), 0, 0, keys, None), (batch, "0", 0, keys, None)]
+    wrong_calls += [(batch, 0, 0, list(keys), None), (batch, 0, 0, keys, "4"), (batch, 0, 0, keys)]
+    for wrong in wrong_calls:
         with pytest.raises(TypeError, match="plain_arrivals"):
             plain_arrivals(*wrong)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a list of messages"):
-        plain_arrivals(["not a message"], 0, 0, keys)  # type: ignore[list-item]
+        plain_arrivals(["not a message"], 0, 0, keys, None)  # type: ignore[list-item]
 
 
 def test_waiting_runs_take_each_message_from_its_waiter_in_runs_of_one_waiter():
