@@ -52,6 +52,22 @@
  *     (``len(events)``: none). A client's run of SENDs to one domain is made here
  *     (``ClientConnection._act``), not one by one in Python.
  *
+ * plain_entries(messages, index, queue, to_g1, frame, limits, entries)
+ *     -> (index, taken, nbytes, burst, work_left)
+ *     A subscription's deliveries of a run (``Subscription.deliver_run``, in the common
+ *     case: nothing to screen, nothing to track, nothing to discard), in C: for each of
+ *     the list `messages` from `index` on, while it is a message for egress queue
+ *     `queue` (``to_g1``, if not None, the queue every message goes to instead of its
+ *     own: a queue's in-order deliveries behind G-1 frames), of at most ``large`` bytes,
+ *     and the subscription is ready for it, one egress entry appended to the list
+ *     `entries`: ``make(head, message.wire_tail(version), owner, work, message)``, its
+ *     work the frame's 2 KiB units. `frame` is (head, version, owner, make); `limits`
+ *     (large, slots, nbytes_left, burst, work_left): ready while fewer than `slots`
+ *     messages and `nbytes_left` bytes were taken, and the egress queue admits the
+ *     frame (while `burst` is positive, or its units fit in `work_left`: a queue that
+ *     never blocks passes a `burst` it never spends). Returns the index of the first message not taken,
+ *     how many were taken, their bytes, and what the egress queue admits after them.
+ *
  * plain_arrivals(messages, start, arrivals, keys, level) -> (index, nbytes)
  *     Number the messages of the list `messages` from `start` on that arrive at a
  *     queue's default level, up to the first that does not (one read back from a store,
@@ -100,6 +116,7 @@ enum {
     TRANSACTION = 10,
     WAITER = 14,
     TARGET = 15,
+    EGRESS_QUEUE = 8,
     SIZE = 16,
     REDELIVERED = 17,
     UNIT = 18,
@@ -573,6 +590,100 @@ error:
     return NULL;
 }
 
+/* plain_entries(messages, index, queue, to_g1, frame, limits, entries): see the top. */
+static PyObject *
+plain_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *head, *version, *owner, *make;
+    Py_ssize_t large, slots, nbytes_left, burst, work_left;
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyLong_Check(args[1]) || !PyList_Check(args[6])
+        || !PyTuple_Check(args[4]) || !PyTuple_Check(args[5])
+        || !PyArg_ParseTuple(args[4], "SOOO", &head, &version, &owner, &make)
+        || !PyArg_ParseTuple(args[5], "nnnnn", &large, &slots, &nbytes_left, &burst,
+                             &work_left)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "plain_entries(messages, index, queue, to_g1, (head, version, "
+                            "owner, make), (large, slots, nbytes_left, burst, work_left), "
+                            "entries)");
+        }
+        return NULL;
+    }
+    PyObject *messages = args[0], *queue = args[2], *to_g1 = args[3], *entries = args[6];
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index < 0) {
+        index = 0;
+    }
+    Py_ssize_t taken = 0, nbytes = 0, head_length = PyBytes_GET_SIZE(head);
+    for (; index < PyList_GET_SIZE(messages); index++) {
+        PyObject *message = PyList_GET_ITEM(messages, index);
+        if (Py_TYPE(message) != message_type) {
+            break; /* None: an expired message's place (the caller passes over it) */
+        }
+        PyObject *its = slot(message, EGRESS_QUEUE), *size_object = slot(message, SIZE);
+        if (its == NULL || size_object == NULL) {
+            return NULL;
+        }
+        if (to_g1 != Py_None) {
+            its = to_g1;
+        }
+        int same = its == queue ? 1 : PyObject_RichCompareBool(its, queue, Py_EQ);
+        if (same <= 0) {
+            if (same < 0) {
+                return NULL;
+            }
+            break;
+        }
+        Py_ssize_t size = PyLong_AsSsize_t(size_object);
+        if (size == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_ssize_t size_units = (size + 2047) >> 11 ? (size + 2047) >> 11 : 1;
+        if (size > large || taken >= slots || nbytes >= nbytes_left
+            || (burst <= 0 && size_units > work_left)) {
+            break; /* the caller sees why (``deliver_run``'s own test) */
+        }
+        PyObject *tail = wire_tail(message, &version, 1);
+        if (tail == NULL) {
+            return NULL;
+        }
+        if (!PyBytes_Check(tail)) {
+            Py_DECREF(tail);
+            PyErr_SetString(PyExc_TypeError, "plain_entries: a wire tail is bytes");
+            return NULL;
+        }
+        Py_ssize_t units = (head_length + PyBytes_GET_SIZE(tail) + 2047) >> 11;
+        if (units == 0) {
+            units = 1;
+        }
+        PyObject *work = PyLong_FromSsize_t(units);
+        if (work == NULL) {
+            Py_DECREF(tail);
+            return NULL;
+        }
+        PyObject *call[5] = {head, tail, owner, work, message};
+        PyObject *entry = PyObject_Vectorcall(make, call, 5, NULL);
+        Py_DECREF(tail);
+        Py_DECREF(work);
+        if (entry == NULL) {
+            return NULL;
+        }
+        int failed = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (failed) {
+            return NULL;
+        }
+        burst--;
+        work_left -= units;
+        taken++;
+        nbytes += size;
+    }
+    return Py_BuildValue("(nnnnn)", index, taken, nbytes, burst, work_left);
+}
+
 /* plain_arrivals(messages, start, arrivals, keys, level): see the top. */
 static PyObject *
 plain_arrivals(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -793,6 +904,10 @@ static PyMethodDef methods[] = {
      "take_sends(events, start, send_type, prefix, sends, new_id, sender, waiter, "
      "timestamp): a new message in sends for each SEND of a run to one domain (see the "
      "module source)"},
+    {"plain_entries", (PyCFunction)(void (*)(void))plain_entries, METH_FASTCALL,
+     "plain_entries(messages, index, queue, to_g1, (head, version, owner, make), (large, "
+     "slots, nbytes_left, burst, work_left), entries): a subscription's plain deliveries of "
+     "a run, as egress entries (see the module source)"},
     {"plain_arrivals", (PyCFunction)(void (*)(void))plain_arrivals, METH_FASTCALL,
      "plain_arrivals(messages, start, arrivals, keys, level): number the run of messages "
      "that arrive at a queue's default level (see the module source)"},

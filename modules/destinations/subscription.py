@@ -10,14 +10,14 @@ others, a topic keeps the message in its live buffer for it.
 
 from __future__ import annotations
 
-import itertools
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules.client.egress import Egress
 from wiremq.modules.domains import P2P
 from wiremq.modules.flow.egress_queues import EgressQueue, Entry, Policy, new_entry
-from wiremq.modules.message import Message
+from wiremq.modules.message import Message, plain_entries
 from wiremq.modules.runtime import Runtime
 from wiremq.modules.selector import Selector
 from wiremq.modules.stomp.encoder import GROUP_FIRST_LINE, ack_line, ack_suffix, subscription_head
@@ -33,6 +33,7 @@ DISCARDABLE = (EgressQueue.D1, EgressQueue.D2, EgressQueue.D3)
 DISCARD_OLDEST = Policy.DISCARD_OLDEST  # read once: asked before every delivery
 G1 = EgressQueue.G1
 G1_BIT = 1 << G1  # its bit in ``EgressQueues.nonempty``
+NEVER_SPENT = sys.maxsize  # the burst of an egress queue that never blocks (``plain_entries``)
 # From how many messages a lone queue consumer takes them as a run (``deliver_run``): a run
 # costs more to set up than a delivery, and saves per message (bench/README.md, "What was
 # tried").
@@ -319,8 +320,31 @@ class Subscription:
         entries: list[Entry] = []
         run_queue = -1  # the egress queue of the run being collected
         burst = work_left = room = 0  # what it admits (``EgressQueues.room``), at the start
-        passed = len(messages)
-        for index, message in enumerate(itertools.islice(messages, start, None), start):
+        # The common case (nothing to screen, track or discard) in C: once a message has
+        # begun a run, those after it in the run (``plain_entries``).
+        fast = not (screened or tracked or discarding)
+        frame = (head, version, self, make)
+        index = start
+        count = passed = len(messages)
+        while index < count:
+            if fast and run_queue != -1:
+                g1_first = in_order and (run_queue is G1 or queues.nonempty & G1_BIT)
+                limits = (
+                    large,
+                    window_messages - inflight_messages,
+                    window_bytes - inflight_bytes,
+                    burst if blocking else NEVER_SPENT,
+                    work_left,
+                )
+                index, taken, nbytes, burst, work_left = plain_entries(
+                    messages, index, run_queue, G1 if g1_first else None, frame, limits, entries
+                )
+                inflight_messages += taken
+                inflight_bytes += nbytes
+                if index == count:
+                    break
+            message = messages[index]
+            index += 1
             if message is None or (screened and self.skips(message)):
                 if message is not None and unselected is not None:
                     unselected.append(message)
@@ -345,7 +369,7 @@ class Subscription:
                 or (size > large and not self.pool.admits(self.destination))
                 or (blocking and burst <= 0 and ((size + 2047) >> 11 or 1) > work_left)
             ):  # the last: as ``EgressQueues.has_room``
-                passed = index
+                passed = index - 1
                 break
             if size > large:
                 self.pool.take(self.destination)

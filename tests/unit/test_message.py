@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from wiremq.modules.flow.egress_queues import EgressQueue
+from wiremq.modules.flow.egress_queues import EgressQueue, new_entry
 from wiremq.modules.ids import Numbered
 from wiremq.modules.message import (
     FRAME_ONLY_HEADERS,
@@ -19,6 +19,7 @@ from wiremq.modules.message import (
     Message,
     passes_through,
     plain_arrivals,
+    plain_entries,
     shared_target,
     take_sends,
     waiting_runs,
@@ -256,6 +257,78 @@ def test_take_sends_makes_a_message_of_each_send_of_a_run_to_one_domain():
         take_sends(tuple(events), 0, Send, "/queue/", [], ids, None, None, 0)  # type: ignore[arg-type]
     with pytest.raises(ZeroDivisionError):
         take_sends(events, 0, Send, "/queue/", [], lambda: 1 / 0, None, None, 0)  # type: ignore[arg-type]
+
+
+def test_plain_entries_make_a_run_s_deliveries_while_the_subscription_is_ready():
+    G1, D1 = EgressQueue.G1, EgressQueue.D1
+    owner, head = object(), b"MESSAGE\nsubscription:s\n"
+    frame = (head, "1.2", owner, new_entry)
+
+    def sent(body: bytes, persistent: bool = False) -> Message:
+        headers = {"persistent": "true"} if persistent else {}
+        return Message(f"m{len(body)}", "/queue/q", headers, body)
+
+    run = [sent(b"a"), sent(b"bb"), None, sent(b"c" * 5000), sent(b"dddd", persistent=True)]
+    entries: list = []
+    #                          large, slots, nbytes_left, burst, work_left
+    got = plain_entries(run, 0, D1, None, frame, (4096, 10, 10**6, 10, 100), entries)
+    assert got == (2, 2, 3, 8, 98)  # up to the None, which the caller passes over
+    first = entries[0]
+    assert (first.head, first.owner, first.item) == (head, owner, run[0])
+    assert first.tail == run[0].wire_tail("1.2") and first.work == 1
+    assert plain_entries(run, 3, D1, None, frame, (4096, 10, 10**6, 10, 100), []) == (
+        3,
+        0,
+        0,
+        10,
+        100,
+    )  # large
+    assert plain_entries(run, 4, D1, None, frame, (1 << 20, 10, 10**6, 10, 100), []) == (
+        4,
+        0,
+        0,
+        10,
+        100,
+    )  # G-1's
+    assert plain_entries(run, 4, G1, None, frame, (1 << 20, 10, 10**6, 10, 100), []) == (
+        5,
+        1,
+        4,
+        9,
+        99,
+    )
+    both = [sent(b"x"), sent(b"yy", persistent=True), sent(b"z")]
+    assert plain_entries(both, 0, G1, G1, frame, (100, 10, 10**6, 10, 100), [])[:3] == (
+        3,
+        3,
+        4,
+    )  # in order
+    ready = [sent(b"1"), sent(b"22"), sent(b"333")]
+    assert plain_entries(ready, 0, D1, None, frame, (100, 2, 10**6, 10, 100), [])[:2] == (
+        2,
+        2,
+    )  # slots
+    assert plain_entries(ready, 0, D1, None, frame, (100, 10, 3, 10, 100), [])[:2] == (
+        2,
+        2,
+    )  # bytes
+    assert plain_entries(ready, 0, D1, None, frame, (100, 10, 10**6, 1, 0), [])[:2] == (
+        1,
+        1,
+    )  # egress full
+    assert plain_entries(ready, 0, D1, None, frame, (100, 10, 10**6, 0, 1), [])[:2] == (
+        1,
+        1,
+    )  # work fits
+    wrong_calls = [(tuple(ready), 0, D1, None, frame, (1, 1, 1, 1, 1), [])]
+    wrong_calls += [(ready, 0, D1, None, ("head", "1.2", owner, new_entry), (1, 1, 1, 1, 1), [])]
+    wrong_calls += [
+        (ready, 0, D1, None, frame, (1, 1, 1, None, 1), []),
+        (ready, 0, D1, None, frame),
+    ]
+    for wrong in wrong_calls:
+        with pytest.raises(TypeError, match="plain_entries"):
+            plain_entries(*wrong)  # type: ignore[arg-type]
 
 
 def test_plain_arrivals_number_the_run_a_queue_takes_at_its_default_level():
