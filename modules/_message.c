@@ -52,6 +52,17 @@
  *     (``len(events)``: none). A client's run of SENDs to one domain is made here
  *     (``ClientConnection._act``), not one by one in Python.
  *
+ * plain_admitted(batch, index, target, sender, name, admitted) -> index
+ *     The admission step's common case (``AdmissionModule.handle``), in C: once it has
+ *     admitted a message of `sender` to `target` (and read that destination's
+ *     ``maxttl``: 0), each message of the list `batch` from `index` on that follows it
+ *     in that run is appended to the list `admitted`, up to the first that does not:
+ *     one of another sender, one on its way elsewhere (its ``target`` another; with no
+ *     target yet, a destination other than `name`, which names `target`: None, none is
+ *     resolved here), one with a ``class-of-service`` or ``expires`` header, or one in a
+ *     transaction. A message with no target yet gets `target`. Returns the index of the
+ *     first not admitted (``len(batch)``: none).
+ *
  * plain_entries(messages, index, queue, to_g1, frame, limits, entries)
  *     -> (index, taken, nbytes, burst, work_left)
  *     A subscription's deliveries of a run (``Subscription.deliver_run``, in the common
@@ -114,6 +125,7 @@ enum {
     STORE_SEQ = 6,
     ARRIVAL = 7,
     TRANSACTION = 10,
+    SENDER = 13,
     WAITER = 14,
     TARGET = 15,
     EGRESS_QUEUE = 8,
@@ -137,6 +149,7 @@ static PyObject *persistent_queue, *default_queue, *by_class_of_service, *no_tai
 static PyObject *plain_tail, *escaped_tail, *frame_only;
 static PyObject *zero, *minus_one;
 static PyObject *s_persistent, *s_true, *s_class_of_service, *s_receipt, *s_transaction;
+static PyObject *s_expires;
 
 static const char *const NAMES[] = {"message_id", "destination", "headers", "body",
                                     "sender",     "waiter",      "expires", "timestamp"};
@@ -590,6 +603,72 @@ error:
     return NULL;
 }
 
+/* plain_admitted(batch, index, target, sender, name, admitted): see the top. */
+static PyObject *
+plain_admitted(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyLong_Check(args[1])
+        || !(args[4] == Py_None || PyUnicode_Check(args[4])) || !PyList_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_admitted(batch, index, target, sender, name, admitted): a list, "
+                        "an int, two objects, a str or None and a list");
+        return NULL;
+    }
+    PyObject *batch = args[0], *target = args[2], *sender = args[3], *name = args[4];
+    PyObject *admitted = args[5];
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (index < 0) {
+        index = 0;
+    }
+    for (; index < PyList_GET_SIZE(batch); index++) {
+        PyObject *message = PyList_GET_ITEM(batch, index);
+        if (Py_TYPE(message) != message_type || SLOT(message, SENDER) != sender
+            || SLOT(message, TRANSACTION) != Py_None) {
+            break;
+        }
+        PyObject *its = SLOT(message, TARGET), *headers = SLOT(message, HEADERS);
+        if (its == NULL || headers == NULL || !PyDict_Check(headers)) {
+            break; /* the caller's own way says what is wrong */
+        }
+        if (its == Py_None) {
+            PyObject *destination = SLOT(message, DESTINATION);
+            if (name == Py_None || destination == NULL || !PyUnicode_Check(destination)) {
+                break;
+            }
+            int same = destination == name ? 1 : PyUnicode_Compare(destination, name) == 0;
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            if (!same) {
+                break;
+            }
+        }
+        else if (its != target) {
+            break;
+        }
+        int keyed = PyDict_Contains(headers, s_class_of_service);
+        if (keyed == 0) {
+            keyed = PyDict_Contains(headers, s_expires);
+        }
+        if (keyed) {
+            if (keyed < 0) {
+                return NULL;
+            }
+            break;
+        }
+        if (its == Py_None) {
+            Py_SETREF(SLOT(message, TARGET), Py_NewRef(target));
+        }
+        if (PyList_Append(admitted, message) < 0) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(index);
+}
+
 /* plain_entries(messages, index, queue, to_g1, frame, limits, entries): see the top. */
 static PyObject *
 plain_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -904,6 +983,9 @@ static PyMethodDef methods[] = {
      "take_sends(events, start, send_type, prefix, sends, new_id, sender, waiter, "
      "timestamp): a new message in sends for each SEND of a run to one domain (see the "
      "module source)"},
+    {"plain_admitted", (PyCFunction)(void (*)(void))plain_admitted, METH_FASTCALL,
+     "plain_admitted(batch, index, target, sender, name, admitted): the admission step's "
+     "plain messages of a run (see the module source)"},
     {"plain_entries", (PyCFunction)(void (*)(void))plain_entries, METH_FASTCALL,
      "plain_entries(messages, index, queue, to_g1, (head, version, owner, make), (large, "
      "slots, nbytes_left, burst, work_left), entries): a subscription's plain deliveries of "
@@ -948,8 +1030,9 @@ PyInit__message(void)
     s_class_of_service = PyUnicode_InternFromString("class-of-service");
     s_receipt = PyUnicode_InternFromString("receipt");
     s_transaction = PyUnicode_InternFromString("transaction");
+    s_expires = PyUnicode_InternFromString("expires");
     if (!zero || !minus_one || !s_persistent || !s_true || !s_class_of_service || !s_receipt ||
-        !s_transaction) {
+        !s_transaction || !s_expires) {
         return NULL;
     }
     if (PyType_Ready(&numbered_type) < 0) {

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from wiremq.modules._message import bind as bind_message
 from wiremq.modules._message import passes_through as passes_through
+from wiremq.modules._message import plain_admitted as plain_admitted
 from wiremq.modules._message import plain_arrivals as plain_arrivals
 from wiremq.modules._message import plain_entries as plain_entries
 from wiremq.modules._message import shared_target as shared_target

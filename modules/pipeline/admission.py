@@ -14,7 +14,13 @@ from __future__ import annotations
 from wiremq.modules.destinations.destination import Destination
 from wiremq.modules.destinations.ttl import effective_expiry
 from wiremq.modules.errors import Refused
-from wiremq.modules.message import BY_CLASS_OF_SERVICE, CLASS_OF_SERVICE, Message, Target
+from wiremq.modules.message import (
+    BY_CLASS_OF_SERVICE,
+    CLASS_OF_SERVICE,
+    Message,
+    Target,
+    plain_admitted,
+)
 from wiremq.modules.pipeline.chain import Batch, GivenBack, PipelineModule
 from wiremq.modules.security.permissions import CREATE, WRITE
 from wiremq.modules.sender import Sender
@@ -31,7 +37,7 @@ class AdmissionModule(PipelineModule):
     name = "admission"
 
     def handle(self, batch: Batch) -> None:
-        admitted = []
+        admitted: list[Message] = []
         # The last destination resolved, its name and for whom: a run of messages of one
         # sender to one destination is resolved, and its permissions checked, once.
         resolved: Destination | None = None
@@ -42,7 +48,17 @@ class AdmissionModule(PipelineModule):
         admitted_to: Target | None = None
         admitted_from: Sender | None = None
         max_ttl = 0
-        for message in batch:
+        index, count = 0, len(batch)
+        while index < count:
+            if admitted_to is not None and not max_ttl:  # the run's plain rest, in C
+                same = resolved is admitted_to and run_sender is admitted_from
+                index = plain_admitted(
+                    batch, index, admitted_to, admitted_from, name if same else None, admitted
+                )
+                if index == count:
+                    break
+            message = batch[index]
+            index += 1
             try:
                 target, sender = message.target, message.sender
                 if target is None:

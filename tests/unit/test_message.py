@@ -18,6 +18,7 @@ from wiremq.modules.message import (
     NO_TAILS,
     Message,
     passes_through,
+    plain_admitted,
     plain_arrivals,
     plain_entries,
     shared_target,
@@ -257,6 +258,38 @@ def test_take_sends_makes_a_message_of_each_send_of_a_run_to_one_domain():
         take_sends(tuple(events), 0, Send, "/queue/", [], ids, None, None, 0)  # type: ignore[arg-type]
     with pytest.raises(ZeroDivisionError):
         take_sends(events, 0, Send, "/queue/", [], lambda: 1 / 0, None, None, 0)  # type: ignore[arg-type]
+
+
+def test_plain_admitted_takes_the_rest_of_a_run_that_needs_no_look_of_its_own():
+    sender, other, target, elsewhere = object(), object(), object(), object()
+
+    def sent(destination: str = "/queue/q", by: object = sender, **headers: str) -> Message:
+        return Message("m", destination, dict(headers), b"", by)  # type: ignore[arg-type]
+
+    placed = sent()
+    placed.target = target  # type: ignore[assignment]
+    batch = [sent(), placed, sent(), sent("/queue/other"), sent(), sent(by=other), sent()]
+    batch += [sent(expires="1"), sent(**{"class-of-service": "1"}), sent(transaction="t")]
+    batch += [sent()]
+    admitted: list[Message] = []
+    assert plain_admitted(batch, 0, target, sender, "/queue/q", admitted) == 3
+    assert admitted == batch[:3] and all(m.target is target for m in batch[:3])
+    assert batch[3].target is None
+    assert plain_admitted(batch, 4, target, sender, "/queue/q", admitted) == 5  # another sender
+    assert plain_admitted(batch, 6, target, sender, None, []) == 6  # no name: none resolved
+    elsewhere_placed = sent()
+    elsewhere_placed.target = elsewhere  # type: ignore[assignment]
+    assert plain_admitted([elsewhere_placed], 0, target, sender, "/queue/q", []) == 0
+    for index in (7, 8, 9):  # expires, class-of-service, a transaction: a look of its own
+        assert plain_admitted(batch, index, target, sender, "/queue/q", []) == index
+    assert plain_admitted(batch, 10, target, sender, "/queue/q", admitted) == 11
+    assert admitted == [*batch[:3], batch[4], batch[10]]
+    for wrong in (
+        (tuple(batch), 0, target, sender, "/queue/q", []),
+        (batch, 0, target, sender, 1, []),
+    ):
+        with pytest.raises(TypeError, match="plain_admitted"):
+            plain_admitted(*wrong)  # type: ignore[arg-type]
 
 
 def test_plain_entries_make_a_run_s_deliveries_while_the_subscription_is_ready():
