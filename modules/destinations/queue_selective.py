@@ -25,6 +25,7 @@ arriving run at once (``Subscription.deliver_run``), as a plain queue's does
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from operator import attrgetter
 
 from wiremq.modules.destinations.filters import Filter, Matcher
@@ -248,19 +249,31 @@ class SelectiveDispatch:
         assert filter_ is not None
         if filter_.pending.head() is not None:
             return False  # older messages wait for it: they go first (``serve``)
+        everyone = filter_ is self.everyone
         matching_of = self.matcher.matching if self.filters else None
-        placed: list[tuple[Message, list[Filter[Subscription]], int]] = []
-        selected: list[Message] = []  # (its place in ``selected``: -1 if not selected)
+        # The consumer's selector is the queue's only one: its own test tells all.
+        match = filter_.match if not everyone and len(self.filters) == 1 else None
+        selected: list[Message] = []
+        chosen: list[list[Filter[Subscription]]] = []  # the filters each selected one matches
+        # Those it does not select, each with the filters it matches and how many selected
+        # ones came before it (where it goes back among those not taken).
+        passed: list[tuple[Message, list[Filter[Subscription]], int]] = []
         for message in messages:
             if message.expires and self._expired_now(message):
                 self._drop_expired(message)
                 continue
+            if match is not None:
+                if match(message):
+                    selected.append(message)
+                else:
+                    passed.append((message, [], len(selected)))
+                continue
             matching = [] if matching_of is None else matching_of(message)
-            index = -1
-            if filter_ is self.everyone or filter_ in matching:
-                index = len(selected)
+            if everyone or filter_ in matching:
                 selected.append(message)
-            placed.append((message, matching, index))
+                chosen.append(matching)
+            else:
+                passed.append((message, matching, len(selected)))
         taken = consumer.deliver_run(selected, screen=False)  # its selector was asked
         if taken < len(selected):
             consumer.waiting = True
@@ -271,17 +284,30 @@ class SelectiveDispatch:
             self.counts.run_left_memory(delivered)
             self.served += taken
             filter_.served = self.served
-        if taken == len(placed):
-            return True
+        # What is left goes back in arrival order: the selected ones not taken (with the
+        # filters they match: the consumer's alone where its selector is the only one)
+        # and those passed over.
         main = self.main
-        for message, matching, index in placed:
-            if 0 <= index < taken:
-                continue
-            message.home = main
-            main.append(message)
-            for other in matching:
-                other.pending.append(message)
+        own = [filter_]
+        index = taken
+        for message, matching, before_it in passed:
+            while index < before_it:
+                self._list(main, selected[index], own if match is not None else chosen[index])
+                index += 1
+            self._list(main, message, matching)
+        while index < len(selected):
+            self._list(main, selected[index], own if match is not None else chosen[index])
+            index += 1
         return True
+
+    def _list(
+        self, main: Levels, message: Message, matching: Iterable[Filter[Subscription]]
+    ) -> None:
+        """A message nobody took waits: in the queue's list and in its filters'."""
+        message.home = main
+        main.append(message)
+        for other in matching:
+            other.pending.append(message)
 
     def _for_owner(self, owner: Subscription, message: Message, deliver: bool = True) -> None:
         """A message of a group ``owner`` owns: to the owner now if it can take it, else

@@ -286,7 +286,7 @@ class Subscription:
 
     def deliver_run(
         self,
-        messages: Sequence[Message | None],
+        messages: list[Message] | list[Message | None],
         start: int = 0,
         unselected: list[Message] | None = None,
         screen: bool = True,
@@ -297,7 +297,9 @@ class Subscription:
         them all). It passes over what it skips (``skips``, unless ``screen`` is False: a
         queue chose them for it; added to ``unselected`` if given) and None (an expired
         message's place). The frames go to the egress in runs, one per egress queue met
-        (``Egress.push_messages``)."""
+        (``Egress.push_messages``). Where nothing is to be screened, tracked or
+        discarded, the messages after the one that begins a run are made its entries in
+        C (``plain_entries``, which stops where this loop has more to do)."""
         screened = screen and (self.accepts is not None or self.durable_key is not None)
         discarding = self.policy == "discard-oldest" and self.unacked is None
         in_order = self.in_order

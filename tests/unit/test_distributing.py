@@ -98,6 +98,23 @@ def test_a_selective_consumer_gets_only_what_it_selects_and_the_rest_waits(make_
     assert anyone.bodies() == ["1", "2"]
 
 
+def test_what_a_lone_selective_consumer_cannot_take_from_a_read_waits_in_arrival_order(
+    make_net,
+):
+    net = make_net()
+    picky = Peer(net, "picky")
+    picky.subscribe("/queue/s", selector="price > 100", ack="client", consumerQueueEntriesSize="2")
+    sent = [("s1", 150), ("u1", 50), ("s2", 150), ("s3", 150), ("u2", 50), ("s4", 150)]
+    read = b"".join(send_frame("/queue/s", body, {"price": str(price)}) for body, price in sent)
+    Peer(net, "p").feed(read)
+    assert picky.bodies() == ["s1", "s2"]  # its window is full
+    queue = net.queue("/queue/s")
+    assert [m.body.decode() for m in queue.waiting()] == ["u1", "s3", "u2", "s4"]
+    anyone = Peer(net, "anyone")
+    anyone.subscribe("/queue/s")
+    assert anyone.bodies() == ["u1", "s3", "u2", "s4"]
+
+
 def test_a_selective_consumer_behind_a_large_unmatched_backlog_is_not_starved(make_net):
     net = make_net()
     producer, consumer = Peer(net, "p"), Peer(net, "c")
