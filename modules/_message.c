@@ -603,6 +603,18 @@ error:
     return NULL;
 }
 
+/* Where a loop over a list begins: the int `arg`, 0 if negative; -1 with an exception if
+ * it is not an index. */
+static Py_ssize_t
+start_index(PyObject *arg)
+{
+    Py_ssize_t index = PyLong_AsSsize_t(arg);
+    if (index == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return index < 0 ? 0 : index;
+}
+
 /* plain_admitted(batch, index, target, sender, name, admitted): see the top. */
 static PyObject *
 plain_admitted(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -616,12 +628,9 @@ plain_admitted(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *batch = args[0], *target = args[2], *sender = args[3], *name = args[4];
     PyObject *admitted = args[5];
-    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
-    if (index == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
+    Py_ssize_t index = start_index(args[1]);
     if (index < 0) {
-        index = 0;
+        return NULL;
     }
     for (; index < PyList_GET_SIZE(batch); index++) {
         PyObject *message = PyList_GET_ITEM(batch, index);
@@ -689,12 +698,9 @@ plain_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *messages = args[0], *queue = args[2], *to_g1 = args[3], *entries = args[6];
-    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
-    if (index == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
+    Py_ssize_t index = start_index(args[1]);
     if (index < 0) {
-        index = 0;
+        return NULL;
     }
     Py_ssize_t taken = 0, nbytes = 0, head_length = PyBytes_GET_SIZE(head);
     for (; index < PyList_GET_SIZE(messages); index++) {
@@ -776,13 +782,10 @@ plain_arrivals(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *messages = args[0], *keys = args[3], *level = args[4];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t start = start_index(args[1]);
     long long arrivals = PyLong_AsLongLong(args[2]);
-    if ((start == -1 || arrivals == -1) && PyErr_Occurred()) {
+    if (start < 0 || (arrivals == -1 && PyErr_Occurred())) {
         return NULL;
-    }
-    if (start < 0) {
-        start = 0;
     }
     Py_ssize_t index = start, nbytes = 0;
     for (; index < PyList_GET_SIZE(messages); index++) {
@@ -929,12 +932,9 @@ take_sends(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *events = args[0], *send_type = args[2], *prefix = args[3], *sends = args[4];
     PyObject *new_id = args[5];
-    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
-    if (index == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
+    Py_ssize_t index = start_index(args[1]);
     if (index < 0) {
-        index = 0;
+        return NULL;
     }
     for (; index < PyList_GET_SIZE(events); index++) {
         PyObject *event = PyList_GET_ITEM(events, index);

@@ -167,10 +167,8 @@ class Queue(Destination):
             # on a plain queue, routed with the next dispatch on a selective one).
             selective = self.selective
             start = index
-            index, nbytes = plain_arrivals(
-                messages, start, self.arrivals, LEVEL_HEADERS,
-                JMS_DEFAULT_PRIORITY if selective else None,
-            )  # fmt: skip
+            level = JMS_DEFAULT_PRIORITY if selective else None
+            index, nbytes = plain_arrivals(messages, start, self.arrivals, LEVEL_HEADERS, level)
             if index > start:
                 self.arrivals += index - start
                 counts.unreported_messages += index - start
